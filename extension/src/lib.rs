@@ -1,0 +1,60 @@
+//! QueryLayer's governed core inside PostgreSQL. This file is the table of contents: the Rust
+//! modules that own what SQL cannot express, and the data model loaded from `sql/` in order.
+
+use pgrx::prelude::*;
+
+mod context;
+mod secrets;
+
+::pgrx::pg_module_magic!(name, version);
+
+/// Runs once per backend, when the library is first loaded. Registers the transaction callback
+/// that drops the request context at commit or abort.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    context::init();
+}
+
+// The data model, in load order. Each file names the one before it, so pgrx keeps the order.
+extension_sql_file!("../../sql/000_bootstrap.sql", name = "bootstrap", bootstrap);
+extension_sql_file!(
+    "../../sql/010_context.sql",
+    name = "context",
+    requires = [
+        "bootstrap",
+        context::ctx_site_id,
+        context::ctx_kind,
+        context::ctx_scopes,
+        context::ctx_is_operator,
+        context::ctx_organization_id,
+        context::ctx_agent_id,
+        context::ctx_connection_id,
+        context::ctx_member_id,
+        context::ctx_member_role,
+        context::ctx_harness,
+        context::ctx_presented_fingerprint,
+        context::outer_user,
+        context::enter_operator,
+        secrets::new_secret
+    ]
+);
+extension_sql_file!("../../sql/020_ledger.sql", name = "ledger", requires = ["context"]);
+extension_sql_file!("../../sql/030_identity.sql", name = "identity", requires = ["ledger"]);
+extension_sql_file!("../../sql/040_credentials.sql", name = "credentials", requires = ["identity"]);
+extension_sql_file!("../../sql/050_audit.sql", name = "audit", requires = ["credentials"]);
+extension_sql_file!("../../sql/060_runs.sql", name = "runs", requires = ["audit"]);
+extension_sql_file!("../../sql/090_operators.sql", name = "operators", requires = ["runs"]);
+extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
+
+#[cfg(any(test, feature = "pg_test"))]
+mod pg_tests;
+
+/// Hooks for `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

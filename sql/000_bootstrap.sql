@@ -1,0 +1,38 @@
+-- Roles and schemas. Loaded first.
+--
+-- querylayer_owner  NOLOGIN, NOBYPASSRLS: owns every table and every SECURITY DEFINER function,
+--                   so row-level security (FORCEd) still applies inside the governed functions.
+-- querylayer_edge   the runtime role of the edge: EXECUTE on the agent-facing functions of
+--                   querylayer_api, nothing else. Operators give it LOGIN and a password.
+-- querylayer_admin  operators (DBAs): EXECUTE on the operator functions of querylayer_api.
+--
+-- Roles are cluster-wide, so a second database of the same cluster finds them already made; the
+-- attributes that matter for safety are asserted every time.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'querylayer_owner') THEN
+        CREATE ROLE querylayer_owner NOLOGIN;
+    END IF;
+    ALTER ROLE querylayer_owner NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
+
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'querylayer_edge') THEN
+        CREATE ROLE querylayer_edge NOLOGIN;
+    END IF;
+    ALTER ROLE querylayer_edge NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
+
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'querylayer_admin') THEN
+        CREATE ROLE querylayer_admin NOLOGIN;
+    END IF;
+    ALTER ROLE querylayer_admin NOBYPASSRLS;
+END
+$roles$;
+
+-- The schema named in the control file (querylayer) holds the tables and internal functions.
+CREATE SCHEMA IF NOT EXISTS querylayer_api;
+COMMENT ON SCHEMA querylayer IS 'QueryLayer tables and internal functions. Private: no role but the owner has any privilege here.';
+COMMENT ON SCHEMA querylayer_api IS 'QueryLayer''s callable surface: SECURITY DEFINER functions for the edge, members and operators.';
+
+REVOKE ALL ON SCHEMA querylayer FROM PUBLIC;
+REVOKE ALL ON SCHEMA querylayer_api FROM PUBLIC;
+GRANT USAGE ON SCHEMA querylayer TO querylayer_owner;
+GRANT USAGE ON SCHEMA querylayer_api TO querylayer_owner, querylayer_edge, querylayer_admin;

@@ -1,0 +1,120 @@
+-- Guards over the request context. The context itself lives in the extension's backend memory
+-- (see extension/src/context.rs); these helpers turn "who is acting" into refusals with stable
+-- SQLSTATEs (docs/errors.md) at the top of every governed function.
+
+-- The scopes of the beta contract. A connection's scopes and an agent's site permissions are
+-- drawn from this list.
+CREATE TABLE querylayer.scopes (
+    scope       text PRIMARY KEY,
+    description text NOT NULL
+);
+INSERT INTO querylayer.scopes (scope, description) VALUES
+    ('site:read',         'read the site context and aggregate site metrics'),
+    ('content:read',      'read content items, revisions, evidence and briefs'),
+    ('content:write',     'create drafts, stage source packages and record evidence'),
+    ('topical-map:read',  'read the topical map and imported strategy opportunities'),
+    ('topical-map:write', 'propose topical map changes'),
+    ('runs:read',         'read governed runs, their events and artifacts'),
+    ('runs:write',        'begin, record and finish governed runs'),
+    ('publish:request',   'request publishing, unpublishing, archiving and restoring through human approval');
+
+-- Requires an authenticated agent connection holding p_scope (NULL: any connection).
+CREATE FUNCTION querylayer.require_connection(p_scope text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF querylayer.ctx_kind() IS DISTINCT FROM 'connection' THEN
+        RAISE EXCEPTION 'no authenticated connection in this transaction'
+            USING ERRCODE = 'QL401',
+                  HINT = 'call querylayer_api.authenticate(fingerprint) first, in the same transaction';
+    END IF;
+    IF p_scope IS NOT NULL AND NOT (p_scope = ANY (querylayer.ctx_scopes())) THEN
+        RAISE EXCEPTION 'this connection does not hold the scope %', p_scope
+            USING ERRCODE = 'QL403',
+                  HINT = 'an operator can grant the scope to the agent on this site and issue a connection that carries it';
+    END IF;
+END
+$$;
+
+-- Requires an authenticated member whose role on the context's site is one of p_roles.
+CREATE FUNCTION querylayer.require_member(p_roles text[] DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF querylayer.ctx_kind() IS DISTINCT FROM 'member' THEN
+        RAISE EXCEPTION 'no authenticated member in this transaction'
+            USING ERRCODE = 'QL401',
+                  HINT = 'call querylayer_api.authenticate_member(fingerprint) first, in the same transaction';
+    END IF;
+    IF p_roles IS NOT NULL AND NOT (querylayer.ctx_member_role() = ANY (p_roles)) THEN
+        RAISE EXCEPTION 'a member with role % may not do this (requires one of: %)',
+            querylayer.ctx_member_role(), array_to_string(p_roles, ', ')
+            USING ERRCODE = 'QL403';
+    END IF;
+END
+$$;
+
+-- Requires a connection or a member (reads shared by agents and the console).
+CREATE FUNCTION querylayer.require_principal(p_scope text) RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF querylayer.ctx_kind() = 'member' THEN
+        RETURN;
+    END IF;
+    PERFORM querylayer.require_connection(p_scope);
+END
+$$;
+
+-- Refuses the call when the context is missing or not the operator's.
+CREATE FUNCTION querylayer.require_operator() RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF NOT querylayer.ctx_is_operator() THEN
+        RAISE EXCEPTION 'operator context required' USING ERRCODE = 'QL401';
+    END IF;
+END
+$$;
+
+-- Validates a scope list against the catalogue; returns it sorted and de-duplicated.
+CREATE FUNCTION querylayer.normalize_scopes(p_scopes text[]) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_unknown text[];
+BEGIN
+    IF p_scopes IS NULL OR cardinality(p_scopes) = 0 THEN
+        RAISE EXCEPTION 'at least one scope is required' USING ERRCODE = '22023',
+            HINT = (SELECT 'known scopes: ' || string_agg(scope, ', ' ORDER BY scope) FROM querylayer.scopes);
+    END IF;
+    SELECT array_agg(s ORDER BY s) INTO v_unknown
+      FROM unnest(p_scopes) AS s
+     WHERE NOT EXISTS (SELECT 1 FROM querylayer.scopes c WHERE c.scope = s);
+    IF v_unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'unknown scope(s): %', array_to_string(v_unknown, ', ') USING ERRCODE = '22023',
+            HINT = (SELECT 'known scopes: ' || string_agg(scope, ', ' ORDER BY scope) FROM querylayer.scopes);
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT s FROM unnest(p_scopes) AS s ORDER BY s);
+END
+$$;
+
+-- Row-level security, keyed on the context. Site-owned tables see only the context's site;
+-- organization-owned identity tables see the context's organization (operators see all).
+CREATE FUNCTION querylayer.isolate_by_site(p_table regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', p_table);
+    EXECUTE format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', p_table);
+    EXECUTE format('CREATE POLICY site_isolation ON %s
+                    USING (site_id = querylayer.ctx_site_id())
+                    WITH CHECK (site_id = querylayer.ctx_site_id())', p_table);
+END
+$$;
+
+CREATE FUNCTION querylayer.isolate_by_organization(p_table regclass, p_column name DEFAULT 'organization_id') RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', p_table);
+    EXECUTE format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', p_table);
+    EXECUTE format('CREATE POLICY organization_isolation ON %s
+                    USING (querylayer.ctx_is_operator() OR %I = querylayer.ctx_organization_id())
+                    WITH CHECK (querylayer.ctx_is_operator() OR %I = querylayer.ctx_organization_id())',
+                   p_table, p_column, p_column);
+END
+$$;

@@ -1,0 +1,130 @@
+-- Append-only enforcement and the per-site hash chain.
+--
+-- Immutable tables get BEFORE UPDATE OR DELETE row triggers and a BEFORE TRUNCATE statement
+-- trigger, enabled ALWAYS so that session_replication_role = replica does not skip them. Only a
+-- superuser who drops or disables the triggers gets past this, and the chain makes that visible:
+-- every chained record carries the SHA-256 of its content (content_sha256), the record hash of
+-- the site's previous record (prev_sha256) and its own record hash
+-- record_sha256 = sha256(prev_sha256 || content_sha256); chain_seq numbers a site's records.
+
+CREATE FUNCTION querylayer.forbid_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '%.% is append-only: % is refused', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'QL423',
+              HINT = 'records here are immutable; append a new record instead';
+END
+$$;
+
+CREATE FUNCTION querylayer.make_append_only(p_table regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('CREATE TRIGGER append_only_row BEFORE UPDATE OR DELETE ON %s
+                    FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change()', p_table);
+    EXECUTE format('CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON %s
+                    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change()', p_table);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER append_only_row', p_table);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER append_only_truncate', p_table);
+END
+$$;
+
+-- One row per site: the newest record's number and hash.
+CREATE TABLE querylayer.ledger_heads (
+    site_id uuid PRIMARY KEY,
+    seq     bigint NOT NULL DEFAULT 0,
+    head    bytea  NOT NULL,
+    prev    bytea
+);
+
+-- The chained tables, in no particular order (verification merges them by chain_seq).
+CREATE TABLE querylayer.ledger_tables (
+    table_name text PRIMARY KEY
+);
+
+CREATE FUNCTION querylayer.ledger_genesis(p_site uuid) RETURNS bytea
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT pg_catalog.sha256(pg_catalog.convert_to('querylayer-ledger-genesis:' || p_site::text, 'UTF8'))
+$$;
+
+-- The hashed content of a record: the row as jsonb (UTC timestamps) minus the chain columns.
+CREATE FUNCTION querylayer.ledger_content(p_row jsonb) RETURNS bytea
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT pg_catalog.sha256(pg_catalog.convert_to(
+        (p_row - 'chain_seq' - 'prev_sha256' - 'content_sha256' - 'record_sha256')::text, 'UTF8'))
+$$;
+
+CREATE FUNCTION querylayer.chain_append() RETURNS trigger
+LANGUAGE plpgsql
+SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' AS $$
+DECLARE
+    v_content bytea;
+BEGIN
+    v_content := querylayer.ledger_content(to_jsonb(NEW));
+    UPDATE querylayer.ledger_heads h
+       SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || v_content)
+     WHERE h.site_id = NEW.site_id
+    RETURNING h.seq, h.prev, h.head INTO NEW.chain_seq, NEW.prev_sha256, NEW.record_sha256;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'site % has no ledger', NEW.site_id USING ERRCODE = 'QL404';
+    END IF;
+    NEW.content_sha256 := v_content;
+    RETURN NEW;
+END
+$$;
+
+-- Makes a table append-only and chained. The table needs site_id, id and the four chain columns.
+CREATE FUNCTION querylayer.make_chained(p_table regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM querylayer.make_append_only(p_table);
+    -- "zz_": row triggers fire in name order, and the hash must see the final row.
+    EXECUTE format('CREATE TRIGGER zz_chain BEFORE INSERT ON %s
+                    FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append()', p_table);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER zz_chain', p_table);
+    INSERT INTO querylayer.ledger_tables (table_name)
+    SELECT format('%I.%I', n.nspname, c.relname)
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table;
+END
+$$;
+
+-- Walks a site's chain in order and reports the first broken link, if any.
+CREATE FUNCTION querylayer.verify_ledger_site(p_site uuid) RETURNS jsonb
+LANGUAGE plpgsql
+SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' AS $$
+DECLARE
+    v_sql     text;
+    r         record;
+    v_prev    bytea  := querylayer.ledger_genesis(p_site);
+    v_seq     bigint := 0;
+    v_problem text;
+    v_head    querylayer.ledger_heads;
+BEGIN
+    SELECT string_agg(format(
+             'SELECT %L AS tbl, t.id::text AS id, t.chain_seq, t.prev_sha256, t.content_sha256, t.record_sha256,
+                     querylayer.ledger_content(to_jsonb(t)) AS recomputed
+                FROM %s t WHERE t.site_id = $1', table_name, table_name), ' UNION ALL ' ORDER BY table_name)
+      INTO v_sql FROM querylayer.ledger_tables;
+    FOR r IN EXECUTE v_sql || ' ORDER BY chain_seq' USING p_site LOOP
+        v_problem := CASE
+            WHEN r.chain_seq <> v_seq + 1 THEN format('record %s is missing or out of order', v_seq + 1)
+            WHEN r.prev_sha256 IS DISTINCT FROM v_prev THEN 'prev_sha256 does not match the previous record'
+            WHEN r.recomputed IS DISTINCT FROM r.content_sha256 THEN 'content does not match content_sha256 (record edited)'
+            WHEN pg_catalog.sha256(v_prev || r.content_sha256) IS DISTINCT FROM r.record_sha256 THEN 'record_sha256 does not match'
+        END;
+        IF v_problem IS NOT NULL THEN
+            RETURN jsonb_build_object('ok', false, 'checked', v_seq,
+                'broken', jsonb_build_object('table', r.tbl, 'id', r.id, 'chain_seq', r.chain_seq, 'problem', v_problem));
+        END IF;
+        v_prev := r.record_sha256;
+        v_seq := r.chain_seq;
+    END LOOP;
+    SELECT * INTO v_head FROM querylayer.ledger_heads WHERE site_id = p_site;
+    IF v_head.seq IS DISTINCT FROM v_seq OR v_head.head IS DISTINCT FROM v_prev THEN
+        RETURN jsonb_build_object('ok', false, 'checked', v_seq,
+            'broken', jsonb_build_object('table', NULL, 'id', NULL, 'chain_seq', v_seq + 1,
+                'problem', format('the ledger head says %s records; records after %s are missing', v_head.seq, v_seq)));
+    END IF;
+    RETURN jsonb_build_object('ok', true, 'checked', v_seq, 'head_sha256', encode(v_prev, 'hex'));
+END
+$$;

@@ -1,0 +1,49 @@
+-- The audit trail: every mutation and every failed authentication. Append-only. It never holds
+-- a secret, a fingerprint or a token, and no argument values of agent calls beyond identifiers.
+
+CREATE TABLE querylayer.audit_events (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at              timestamptz NOT NULL DEFAULT clock_timestamp(),
+    site_id         uuid REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid,
+    principal_kind  text NOT NULL CHECK (principal_kind IN ('connection', 'member', 'operator', 'anonymous')),
+    agent_id        uuid,
+    connection_id   uuid,
+    member_id       uuid,
+    operator_role   text,
+    action          text NOT NULL,
+    outcome         text NOT NULL DEFAULT 'ok',
+    target          text,
+    detail          jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX audit_events_site_at ON querylayer.audit_events (site_id, at);
+ALTER TABLE querylayer.audit_events ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.audit_events FORCE ROW LEVEL SECURITY;
+-- Site records belong to their site; records without a site (failed authentications) are
+-- written by anyone and read by operators only.
+CREATE POLICY audit_read ON querylayer.audit_events FOR SELECT
+    USING (site_id = querylayer.ctx_site_id() OR (site_id IS NULL AND querylayer.ctx_is_operator()));
+CREATE POLICY audit_write ON querylayer.audit_events FOR INSERT
+    WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
+SELECT querylayer.make_append_only('querylayer.audit_events');
+
+-- Appends one audit record attributed to the current context.
+CREATE FUNCTION querylayer.audit(p_action text, p_target text DEFAULT NULL,
+                                 p_detail jsonb DEFAULT '{}', p_outcome text DEFAULT 'ok') RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO querylayer.audit_events (site_id, organization_id, principal_kind, agent_id, connection_id,
+                                         member_id, operator_role, action, outcome, target, detail)
+    VALUES (querylayer.ctx_site_id(), querylayer.ctx_organization_id(),
+            CASE querylayer.ctx_kind() WHEN 'connection' THEN 'connection' WHEN 'member' THEN 'member'
+                                       WHEN 'operator' THEN 'operator' ELSE 'anonymous' END,
+            querylayer.ctx_agent_id(), querylayer.ctx_connection_id(), querylayer.ctx_member_id(),
+            CASE WHEN querylayer.ctx_is_operator() THEN querylayer.outer_user() END,
+            p_action, p_outcome, p_target, coalesce(p_detail, '{}'))
+$$;
+
+-- Called by the extension (record_failed_authentication) with no context held.
+CREATE FUNCTION querylayer.audit_failed_authentication(p_detail jsonb) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO querylayer.audit_events (site_id, principal_kind, action, outcome, detail)
+    VALUES (NULL, 'anonymous', 'authenticate', 'denied', p_detail)
+$$;

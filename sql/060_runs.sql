@@ -1,0 +1,379 @@
+-- Governed runs. Every material agent workflow: begin (type, structured input, required output
+-- keys, completion conditions) -> immutable artifacts -> exactly one terminal outcome. Runs,
+-- run_events and run_artifacts are append-only and chained; a run's state is derived from its
+-- events, never stored in a mutable column.
+
+CREATE TABLE querylayer.runs (
+    id                    uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id               uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id       uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT,
+    agent_id              uuid NOT NULL REFERENCES querylayer.agents ON DELETE RESTRICT,
+    connection_id         uuid NOT NULL REFERENCES querylayer.connections ON DELETE RESTRICT,
+    harness               text NOT NULL,
+    run_type              text NOT NULL CHECK (run_type ~ '^[a-z][a-z0-9_.:-]{0,79}$'),
+    input                 jsonb NOT NULL CHECK (jsonb_typeof(input) = 'object'),
+    required_outputs      text[] NOT NULL DEFAULT '{}',
+    completion_conditions text[] NOT NULL DEFAULT '{}',
+    started_at            timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq             bigint NOT NULL,
+    prev_sha256           bytea NOT NULL,
+    content_sha256        bytea NOT NULL,
+    record_sha256         bytea NOT NULL,
+    UNIQUE (site_id, chain_seq)
+);
+CREATE INDEX runs_site_started ON querylayer.runs (site_id, started_at DESC);
+SELECT querylayer.isolate_by_site('querylayer.runs');
+SELECT querylayer.make_chained('querylayer.runs');
+
+CREATE TABLE querylayer.run_events (
+    id                uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id           uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    run_id            uuid NOT NULL REFERENCES querylayer.runs ON DELETE RESTRICT,
+    kind              text NOT NULL CHECK (kind IN ('started', 'finished')),
+    agent_id          uuid NOT NULL,
+    connection_id     uuid NOT NULL,
+    harness           text NOT NULL,
+    outcome           text CHECK (outcome IN ('completed', 'completed_with_warnings', 'needs_human_input',
+                                              'blocked', 'failed', 'cancelled')),
+    requested_outcome text,
+    reason_code       text,
+    reasons           jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(reasons) = 'array'),
+    missing_outputs   text[] NOT NULL DEFAULT '{}',
+    summary           text,
+    created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq         bigint NOT NULL,
+    prev_sha256       bytea NOT NULL,
+    content_sha256    bytea NOT NULL,
+    record_sha256     bytea NOT NULL,
+    UNIQUE (site_id, chain_seq),
+    CHECK ((kind = 'finished') = (outcome IS NOT NULL))
+);
+CREATE UNIQUE INDEX run_events_one_start ON querylayer.run_events (run_id) WHERE kind = 'started';
+CREATE UNIQUE INDEX run_events_one_finish ON querylayer.run_events (run_id) WHERE kind = 'finished';
+SELECT querylayer.isolate_by_site('querylayer.run_events');
+SELECT querylayer.make_chained('querylayer.run_events');
+
+CREATE TABLE querylayer.run_artifacts (
+    id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id          uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    run_id           uuid NOT NULL REFERENCES querylayer.runs ON DELETE RESTRICT,
+    key              text NOT NULL CHECK (key ~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$'),
+    value            jsonb NOT NULL,
+    affected_objects jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(affected_objects) = 'array'),
+    agent_id         uuid NOT NULL,
+    connection_id    uuid NOT NULL,
+    harness          text NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq        bigint NOT NULL,
+    prev_sha256      bytea NOT NULL,
+    content_sha256   bytea NOT NULL,
+    record_sha256    bytea NOT NULL,
+    UNIQUE (site_id, chain_seq),
+    UNIQUE (run_id, key)
+);
+SELECT querylayer.isolate_by_site('querylayer.run_artifacts');
+SELECT querylayer.make_chained('querylayer.run_artifacts');
+
+-- The run rules, held by the tables themselves: a record belongs to its run's site and
+-- connection, a finished run accepts nothing, and "completed" is impossible while a required
+-- output is missing. The run row is locked so that a finish and an artifact cannot interleave.
+CREATE FUNCTION querylayer.run_records_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run     querylayer.runs;
+    v_outcome text;
+    v_missing text[];
+BEGIN
+    SELECT * INTO v_run FROM querylayer.runs WHERE id = NEW.run_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', NEW.run_id USING ERRCODE = 'QL404';
+    END IF;
+    IF NEW.site_id <> v_run.site_id OR NEW.connection_id <> v_run.connection_id THEN
+        RAISE EXCEPTION 'run % belongs to another connection', NEW.run_id USING ERRCODE = 'QL403';
+    END IF;
+    IF TG_TABLE_NAME = 'run_events' THEN
+        IF NEW.kind = 'started' THEN
+            RETURN NEW;
+        END IF;
+    END IF;
+    SELECT outcome INTO v_outcome FROM querylayer.run_events WHERE run_id = NEW.run_id AND kind = 'finished';
+    IF FOUND THEN
+        RAISE EXCEPTION 'run % is finished (%); it accepts nothing more', NEW.run_id, v_outcome
+            USING ERRCODE = 'QL410', HINT = 'begin a new run';
+    END IF;
+    IF TG_TABLE_NAME = 'run_events' THEN
+        IF NEW.outcome IN ('completed', 'completed_with_warnings') THEN
+            v_missing := querylayer.missing_outputs(v_run);
+            IF cardinality(v_missing) > 0 THEN
+                RAISE EXCEPTION 'run % cannot complete: missing required outputs %', NEW.run_id, array_to_string(v_missing, ', ')
+                    USING ERRCODE = 'QL422';
+            END IF;
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER aa_run_records_guard BEFORE INSERT ON querylayer.run_events
+    FOR EACH ROW EXECUTE FUNCTION querylayer.run_records_guard();
+ALTER TABLE querylayer.run_events ENABLE ALWAYS TRIGGER aa_run_records_guard;
+CREATE TRIGGER aa_run_records_guard BEFORE INSERT ON querylayer.run_artifacts
+    FOR EACH ROW EXECUTE FUNCTION querylayer.run_records_guard();
+ALTER TABLE querylayer.run_artifacts ENABLE ALWAYS TRIGGER aa_run_records_guard;
+
+CREATE FUNCTION querylayer.missing_outputs(p_run querylayer.runs) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(k ORDER BY k), '{}')
+      FROM unnest(p_run.required_outputs) AS k
+     WHERE NOT EXISTS (SELECT 1 FROM querylayer.run_artifacts a WHERE a.run_id = p_run.id AND a.key = k)
+$$;
+
+-- Affected content objects: [{"type": "...", "id": "..."}, ...].
+CREATE FUNCTION querylayer.check_affected_objects(p_objects jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_bad jsonb;
+BEGIN
+    IF p_objects IS NULL THEN
+        RETURN '[]';
+    END IF;
+    IF jsonb_typeof(p_objects) <> 'array' THEN
+        RAISE EXCEPTION 'affected_objects must be an array of {"type", "id"} objects' USING ERRCODE = '22023';
+    END IF;
+    SELECT o INTO v_bad FROM jsonb_array_elements(p_objects) AS o
+     WHERE jsonb_typeof(o) <> 'object' OR jsonb_typeof(o->'type') IS DISTINCT FROM 'string'
+        OR jsonb_typeof(o->'id') IS DISTINCT FROM 'string'
+     LIMIT 1;
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION 'affected_objects: each entry needs string "type" and "id"; got %', left(v_bad::text, 200)
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN p_objects;
+END
+$$;
+
+CREATE FUNCTION querylayer.check_keys(p_keys text[], p_what text) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_bad text;
+BEGIN
+    SELECT k INTO v_bad FROM unnest(coalesce(p_keys, '{}')) AS k
+     WHERE k IS NULL OR k !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$' LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION '%: invalid key % (letters, digits and _.:/-, at most 128)', p_what, coalesce(quote_literal(v_bad), 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT k FROM unnest(coalesce(p_keys, '{}')) AS k ORDER BY k);
+END
+$$;
+
+CREATE FUNCTION querylayer.run_json(p_run querylayer.runs) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'run_id', p_run.id, 'run_type', p_run.run_type, 'harness', p_run.harness,
+        'agent_id', p_run.agent_id, 'connection_id', p_run.connection_id,
+        'input', p_run.input, 'required_outputs', to_jsonb(p_run.required_outputs),
+        'completion_conditions', to_jsonb(p_run.completion_conditions),
+        'started_at', p_run.started_at,
+        'state', CASE WHEN f.id IS NULL THEN 'open' ELSE 'finished' END,
+        'outcome', f.outcome, 'requested_outcome', f.requested_outcome,
+        'reason_code', f.reason_code, 'reasons', f.reasons,
+        'missing_outputs', to_jsonb(f.missing_outputs), 'summary', f.summary, 'finished_at', f.created_at,
+        'artifact_keys', (SELECT coalesce(jsonb_agg(a.key ORDER BY a.key), '[]')
+                            FROM querylayer.run_artifacts a WHERE a.run_id = p_run.id))
+      FROM (SELECT 1) AS one
+      LEFT JOIN querylayer.run_events f ON f.run_id = p_run.id AND f.kind = 'finished'
+$$;
+
+-- -------------------------------------------------------------------------------------------
+-- The callable surface.
+
+CREATE FUNCTION querylayer_api.begin_run(
+    p_run_type text,
+    p_input jsonb DEFAULT '{}',
+    p_required_outputs text[] DEFAULT '{}',
+    p_completion_conditions text[] DEFAULT '{}'
+) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_run querylayer.runs;
+BEGIN
+    PERFORM querylayer.require_connection('runs:write');
+    IF p_run_type IS NULL OR p_run_type !~ '^[a-z][a-z0-9_.:-]{0,79}$' THEN
+        RAISE EXCEPTION 'run_type must be a stable identifier (lowercase, digits and _.:-, at most 80); got %',
+            coalesce(quote_literal(p_run_type), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF p_input IS NULL OR jsonb_typeof(p_input) <> 'object' THEN
+        RAISE EXCEPTION 'input must be a JSON object' USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(coalesce(p_completion_conditions, '{}')) c WHERE c IS NULL OR length(c) NOT BETWEEN 1 AND 2000) THEN
+        RAISE EXCEPTION 'completion_conditions must be non-empty sentences of at most 2000 characters' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO querylayer.runs (site_id, organization_id, agent_id, connection_id, harness, run_type, input,
+                                 required_outputs, completion_conditions)
+    VALUES (querylayer.ctx_site_id(), querylayer.ctx_organization_id(), querylayer.ctx_agent_id(),
+            querylayer.ctx_connection_id(), querylayer.ctx_harness(), p_run_type, p_input,
+            querylayer.check_keys(p_required_outputs, 'required_outputs'),
+            coalesce(p_completion_conditions, '{}'))
+    RETURNING * INTO v_run;
+    INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness)
+    VALUES (v_run.site_id, v_run.id, 'started', v_run.agent_id, v_run.connection_id, v_run.harness);
+    PERFORM querylayer.audit('run.begin', v_run.id::text, jsonb_build_object('run_type', v_run.run_type));
+    RETURN querylayer.run_json(v_run);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.record_artifact(
+    p_run_id uuid,
+    p_key text,
+    p_value jsonb,
+    p_affected_objects jsonb DEFAULT '[]'
+) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_run querylayer.runs;
+    v_art querylayer.run_artifacts;
+BEGIN
+    PERFORM querylayer.require_connection('runs:write');
+    SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
+    END IF;
+    IF v_run.connection_id <> querylayer.ctx_connection_id() THEN
+        RAISE EXCEPTION 'run % belongs to another connection', p_run_id USING ERRCODE = 'QL403';
+    END IF;
+    PERFORM querylayer.check_keys(ARRAY[p_key], 'key');
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION 'an artifact needs a JSON value' USING ERRCODE = '22023';
+    END IF;
+    IF pg_column_size(p_value) > 1048576 THEN
+        RAISE EXCEPTION 'artifact % is larger than 1 MiB; store a reference instead', p_key USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM querylayer.run_artifacts WHERE run_id = p_run_id AND key = p_key) THEN
+        RAISE EXCEPTION 'artifact % was already recorded in run %; artifacts are immutable', p_key, p_run_id
+            USING ERRCODE = 'QL409', HINT = 'record the new result under another key';
+    END IF;
+    INSERT INTO querylayer.run_artifacts (site_id, run_id, key, value, affected_objects, agent_id, connection_id, harness)
+    VALUES (v_run.site_id, v_run.id, p_key, p_value, querylayer.check_affected_objects(p_affected_objects),
+            querylayer.ctx_agent_id(), querylayer.ctx_connection_id(), querylayer.ctx_harness())
+    RETURNING * INTO v_art;
+    PERFORM querylayer.audit('run.artifact', v_run.id::text, jsonb_build_object('key', p_key));
+    RETURN jsonb_build_object('run_id', v_art.run_id, 'artifact_id', v_art.id, 'key', v_art.key,
+                              'recorded_at', v_art.created_at,
+                              'record_sha256', encode(v_art.record_sha256, 'hex'));
+END
+$$;
+
+CREATE FUNCTION querylayer_api.finish_run(
+    p_run_id uuid,
+    p_outcome text,
+    p_summary text DEFAULT NULL,
+    p_reasons jsonb DEFAULT '[]'
+) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_run     querylayer.runs;
+    v_missing text[];
+    v_outcome text := p_outcome;
+    v_reason  text;
+BEGIN
+    PERFORM querylayer.require_connection('runs:write');
+    IF p_outcome IS NULL OR p_outcome NOT IN ('completed', 'completed_with_warnings', 'needs_human_input',
+                                               'blocked', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'outcome must be one of completed, completed_with_warnings, needs_human_input, blocked, failed, cancelled; got %',
+            coalesce(quote_literal(p_outcome), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF p_reasons IS NOT NULL AND jsonb_typeof(p_reasons) <> 'array' THEN
+        RAISE EXCEPTION 'reasons must be a JSON array' USING ERRCODE = '22023';
+    END IF;
+    -- Lock first: the completion check and the finish must see the same artifacts.
+    SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
+    END IF;
+    IF v_run.connection_id <> querylayer.ctx_connection_id() THEN
+        RAISE EXCEPTION 'run % belongs to another connection', p_run_id USING ERRCODE = 'QL403';
+    END IF;
+    IF p_outcome IN ('completed', 'completed_with_warnings') THEN
+        v_missing := querylayer.missing_outputs(v_run);
+        IF cardinality(v_missing) > 0 THEN
+            -- Polished prose cannot turn partial work into a successful run.
+            v_outcome := 'blocked';
+            v_reason := 'missing_required_outputs';
+        END IF;
+    END IF;
+    INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness, outcome,
+                                       requested_outcome, reason_code, reasons, missing_outputs, summary)
+    VALUES (v_run.site_id, v_run.id, 'finished', querylayer.ctx_agent_id(), querylayer.ctx_connection_id(),
+            querylayer.ctx_harness(), v_outcome, p_outcome, v_reason, coalesce(p_reasons, '[]'),
+            coalesce(v_missing, '{}'), p_summary);
+    PERFORM querylayer.audit('run.finish', v_run.id::text,
+        jsonb_build_object('outcome', v_outcome, 'requested_outcome', p_outcome, 'reason_code', v_reason));
+    RETURN querylayer.run_json(v_run);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.get_run(p_run_id uuid) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_run querylayer.runs;
+BEGIN
+    PERFORM querylayer.require_principal('runs:read');
+    SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
+    END IF;
+    RETURN querylayer.run_json(v_run) || jsonb_build_object(
+        'events', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'event_id', e.id, 'kind', e.kind, 'outcome', e.outcome, 'reason_code', e.reason_code,
+                        'at', e.created_at, 'record_sha256', encode(e.record_sha256, 'hex')) ORDER BY e.chain_seq), '[]')
+                     FROM querylayer.run_events e WHERE e.run_id = p_run_id),
+        'artifacts', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'artifact_id', a.id, 'key', a.key, 'value', a.value, 'affected_objects', a.affected_objects,
+                        'recorded_at', a.created_at, 'record_sha256', encode(a.record_sha256, 'hex')) ORDER BY a.chain_seq), '[]')
+                        FROM querylayer.run_artifacts a WHERE a.run_id = p_run_id));
+END
+$$;
+
+CREATE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamptz DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_principal('runs:read');
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
+    END IF;
+    RETURN (SELECT coalesce(jsonb_agg(querylayer.run_json(r) ORDER BY r.started_at DESC, r.id), '[]')
+              FROM (SELECT * FROM querylayer.runs
+                     WHERE site_id = querylayer.ctx_site_id()
+                       AND (p_before IS NULL OR started_at < p_before)
+                     ORDER BY started_at DESC, id LIMIT p_limit) r);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.site_context() RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    PERFORM querylayer.require_connection('site:read');
+    SELECT o.slug AS organization, o.name AS organization_name, s.slug AS site, s.name AS site_name,
+           a.handle AS agent, a.kind AS agent_kind, a.profile_id, a.profile_name,
+           c.name AS connection, c.prefix, c.expires_at, c.harness
+      INTO r
+      FROM querylayer.connections c
+      JOIN querylayer.sites s ON s.id = c.site_id
+      JOIN querylayer.organizations o ON o.id = c.organization_id
+      JOIN querylayer.agents a ON a.id = c.agent_id
+     WHERE c.id = querylayer.ctx_connection_id();
+    RETURN jsonb_build_object(
+        'organization', jsonb_build_object('slug', r.organization, 'name', r.organization_name),
+        'site', jsonb_build_object('slug', r.site, 'name', r.site_name),
+        'agent', jsonb_build_object('handle', r.agent, 'kind', r.agent_kind, 'profile_id', r.profile_id,
+                                    'profile_name', r.profile_name),
+        'connection', jsonb_build_object('name', r.connection, 'prefix', r.prefix, 'expires_at', r.expires_at,
+                                         'harness', r.harness),
+        'scopes', to_jsonb(querylayer.ctx_scopes()));
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION querylayer_api.begin_run, querylayer_api.record_artifact, querylayer_api.finish_run,
+    querylayer_api.get_run, querylayer_api.list_runs, querylayer_api.site_context TO querylayer_edge;

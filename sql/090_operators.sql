@@ -1,0 +1,412 @@
+-- Operator functions: what a DBA holding querylayer_admin runs in psql (and what
+-- `querylayer admin …` calls). Each enters the operator context, which the extension grants only
+-- when the role calling in from outside is querylayer_admin (or a superuser).
+
+CREATE FUNCTION querylayer_api.create_organization(p_slug text, p_name text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v querylayer.organizations;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    INSERT INTO querylayer.organizations (slug, name)
+    VALUES (querylayer.check_slug(p_slug, 'organization slug'), coalesce(p_name, p_slug))
+    RETURNING * INTO v;
+    PERFORM querylayer.audit('organization.create', v.id::text, jsonb_build_object('slug', v.slug));
+    RETURN jsonb_build_object('organization_id', v.id, 'slug', v.slug, 'name', v.name);
+EXCEPTION WHEN unique_violation THEN
+    RAISE EXCEPTION 'an organization with slug % already exists', quote_literal(p_slug) USING ERRCODE = 'QL409';
+END
+$$;
+
+CREATE FUNCTION querylayer_api.create_site(p_organization text, p_slug text, p_name text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_org  querylayer.organizations;
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_org := querylayer.organization_by_slug(p_organization);
+    IF EXISTS (SELECT 1 FROM querylayer.sites WHERE slug = p_slug) THEN
+        RAISE EXCEPTION 'a site with slug % already exists', quote_literal(p_slug) USING ERRCODE = 'QL409';
+    END IF;
+    INSERT INTO querylayer.sites (organization_id, slug, name)
+    VALUES (v_org.id, querylayer.check_slug(p_slug, 'site slug'), coalesce(p_name, p_slug))
+    RETURNING * INTO v_site;
+    PERFORM querylayer.enter_operator(v_site.id);
+    INSERT INTO querylayer.ledger_heads (site_id, seq, head) VALUES (v_site.id, 0, querylayer.ledger_genesis(v_site.id));
+    PERFORM querylayer.audit('site.create', v_site.id::text, jsonb_build_object('slug', v_site.slug));
+    RETURN jsonb_build_object('site_id', v_site.id, 'slug', v_site.slug, 'name', v_site.name,
+                              'organization', v_org.slug);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.create_member(p_organization text, p_handle text, p_display_name text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_org querylayer.organizations;
+    v     querylayer.members;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_org := querylayer.organization_by_slug(p_organization);
+    IF p_handle IS NULL OR p_handle !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid member handle %', coalesce(quote_literal(p_handle), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_org.id AND handle = p_handle) THEN
+        RAISE EXCEPTION 'a member with handle % already exists in %', quote_literal(p_handle), v_org.slug USING ERRCODE = 'QL409';
+    END IF;
+    INSERT INTO querylayer.members (organization_id, handle, display_name)
+    VALUES (v_org.id, p_handle, coalesce(p_display_name, p_handle))
+    RETURNING * INTO v;
+    PERFORM querylayer.audit('member.create', v.id::text, jsonb_build_object('handle', v.handle));
+    RETURN jsonb_build_object('member_id', v.id, 'handle', v.handle, 'display_name', v.display_name,
+                              'organization', v_org.slug);
+END
+$$;
+
+-- Sets a member's role on a site (owner, admin, editor, viewer), or removes it with NULL.
+CREATE FUNCTION querylayer_api.set_member_role(p_site text, p_member text, p_role text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site   querylayer.sites;
+    v_member querylayer.members;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
+    IF p_role IS NOT NULL AND p_role NOT IN ('owner', 'admin', 'editor', 'viewer') THEN
+        RAISE EXCEPTION 'role must be owner, admin, editor or viewer; got %', quote_literal(p_role) USING ERRCODE = '22023';
+    END IF;
+    PERFORM querylayer.enter_operator(v_site.id);
+    IF p_role IS NULL THEN
+        DELETE FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id;
+    ELSE
+        INSERT INTO querylayer.site_members (site_id, member_id, role) VALUES (v_site.id, v_member.id, p_role)
+        ON CONFLICT (site_id, member_id) DO UPDATE SET role = EXCLUDED.role, granted_at = now();
+    END IF;
+    PERFORM querylayer.audit('member.role', v_member.id::text, jsonb_build_object('role', p_role));
+    RETURN jsonb_build_object('site', v_site.slug, 'member', v_member.handle, 'role', p_role);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.create_agent(
+    p_organization text, p_handle text, p_kind text DEFAULT 'generic',
+    p_profile_id text DEFAULT NULL, p_profile_name text DEFAULT NULL
+) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_org querylayer.organizations;
+    v     querylayer.agents;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_org := querylayer.organization_by_slug(p_organization);
+    IF p_handle IS NULL OR p_handle !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid agent handle %', coalesce(quote_literal(p_handle), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(p_kind, 'generic') NOT IN ('generic', 'hermes') THEN
+        RAISE EXCEPTION 'agent kind must be generic or hermes; got %', quote_literal(p_kind) USING ERRCODE = '22023';
+    END IF;
+    IF p_kind = 'hermes' AND (p_profile_id IS NULL OR p_profile_name IS NULL) THEN
+        RAISE EXCEPTION 'a hermes agent needs its immutable profile_id and its current profile_name' USING ERRCODE = '22023';
+    END IF;
+    IF EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_org.id AND handle = p_handle) THEN
+        RAISE EXCEPTION 'an agent with handle % already exists in %', quote_literal(p_handle), v_org.slug USING ERRCODE = 'QL409';
+    END IF;
+    IF p_profile_id IS NOT NULL AND EXISTS (SELECT 1 FROM querylayer.agents WHERE profile_id = p_profile_id) THEN
+        RAISE EXCEPTION 'profile_id % is already bound to an agent', quote_literal(p_profile_id) USING ERRCODE = 'QL409';
+    END IF;
+    INSERT INTO querylayer.agents (organization_id, handle, kind, profile_id, profile_name)
+    VALUES (v_org.id, p_handle, coalesce(p_kind, 'generic'), p_profile_id, p_profile_name)
+    RETURNING * INTO v;
+    PERFORM querylayer.audit('agent.create', v.id::text,
+        jsonb_build_object('handle', v.handle, 'kind', v.kind, 'profile_id', v.profile_id));
+    RETURN jsonb_build_object('agent_id', v.id, 'handle', v.handle, 'kind', v.kind,
+                              'profile_id', v.profile_id, 'profile_name', v.profile_name, 'organization', v_org.slug);
+END
+$$;
+
+-- Renames a Hermes profile: the route changes, the identity (and everything bound to it) does not.
+CREATE FUNCTION querylayer_api.rename_agent_profile(p_profile_id text, p_new_name text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v   querylayer.agents;
+    v_old text;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    IF p_new_name IS NULL OR length(p_new_name) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'the new profile name must have 1 to 200 characters' USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v FROM querylayer.agents WHERE profile_id = p_profile_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no agent is bound to profile_id %', coalesce(quote_literal(p_profile_id), 'NULL')
+            USING ERRCODE = 'QL404', HINT = 'profiles are matched by their immutable id only';
+    END IF;
+    v_old := v.profile_name;
+    UPDATE querylayer.agents SET profile_name = p_new_name WHERE id = v.id;
+    INSERT INTO querylayer.agent_profile_renames (organization_id, agent_id, profile_id, old_name, new_name, renamed_by)
+    VALUES (v.organization_id, v.id, v.profile_id, v_old, p_new_name, querylayer.outer_user());
+    PERFORM querylayer.audit('agent.rename_profile', v.id::text,
+        jsonb_build_object('profile_id', v.profile_id, 'old_name', v_old, 'new_name', p_new_name));
+    RETURN jsonb_build_object('agent_id', v.id, 'handle', v.handle, 'profile_id', v.profile_id,
+                              'old_name', v_old, 'profile_name', p_new_name);
+END
+$$;
+
+-- Resolves a Hermes profile for routing. By id: exact. By name: exactly one agent carries it,
+-- or the lookup fails; nothing resolves to a similarly named agent.
+CREATE FUNCTION querylayer_api.resolve_agent_profile(p_profile_id text DEFAULT NULL, p_profile_name text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v   querylayer.agents;
+    v_n integer;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    IF (p_profile_id IS NULL) = (p_profile_name IS NULL) THEN
+        RAISE EXCEPTION 'give exactly one of profile_id or profile_name' USING ERRCODE = '22023';
+    END IF;
+    IF p_profile_id IS NOT NULL THEN
+        v := querylayer.agent_by_profile_id(p_profile_id);
+    ELSE
+        SELECT count(*) INTO v_n FROM querylayer.agents WHERE profile_name = p_profile_name;
+        IF v_n = 0 THEN
+            RAISE EXCEPTION 'no agent routes to profile name %', quote_literal(p_profile_name) USING ERRCODE = 'QL404';
+        ELSIF v_n > 1 THEN
+            RAISE EXCEPTION 'profile name % is ambiguous (% agents); resolve by profile_id', quote_literal(p_profile_name), v_n
+                USING ERRCODE = 'QL409';
+        END IF;
+        SELECT * INTO v FROM querylayer.agents WHERE profile_name = p_profile_name;
+    END IF;
+    RETURN jsonb_build_object('agent_id', v.id, 'handle', v.handle, 'kind', v.kind,
+                              'profile_id', v.profile_id, 'profile_name', v.profile_name);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.grant_agent_scopes(p_site text, p_agent text, p_scopes text[]) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site   querylayer.sites;
+    v_agent  querylayer.agents;
+    v_scopes text[];
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
+    v_scopes := querylayer.normalize_scopes(p_scopes);
+    PERFORM querylayer.enter_operator(v_site.id);
+    INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
+    SELECT v_site.id, v_site.organization_id, v_agent.id, s, querylayer.outer_user() FROM unnest(v_scopes) AS s
+    ON CONFLICT DO NOTHING;
+    PERFORM querylayer.audit('agent.grant', v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
+        'scopes', (SELECT to_jsonb(array_agg(scope ORDER BY scope)) FROM querylayer.agent_site_permissions
+                    WHERE site_id = v_site.id AND agent_id = v_agent.id));
+END
+$$;
+
+-- Removing a permission removes that scope from the agent's existing connections at once
+-- (connections are re-checked against permissions at every authentication).
+CREATE FUNCTION querylayer_api.revoke_agent_scopes(p_site text, p_agent text, p_scopes text[]) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site   querylayer.sites;
+    v_agent  querylayer.agents;
+    v_scopes text[];
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
+    v_scopes := querylayer.normalize_scopes(p_scopes);
+    PERFORM querylayer.enter_operator(v_site.id);
+    DELETE FROM querylayer.agent_site_permissions
+     WHERE site_id = v_site.id AND agent_id = v_agent.id AND scope = ANY (v_scopes);
+    PERFORM querylayer.audit('agent.revoke', v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
+        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
+                    WHERE site_id = v_site.id AND agent_id = v_agent.id));
+END
+$$;
+
+-- Creates a named connection for one agent on one site. The secret is in the result and
+-- nowhere else; store it now.
+CREATE FUNCTION querylayer_api.create_connection(
+    p_site text, p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz,
+    p_harness text DEFAULT 'generic'
+) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site  querylayer.sites;
+    v_agent querylayer.agents;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN querylayer.issue_connection(v_site.id, v_agent.id, p_name, p_scopes, p_expires_at, p_harness,
+                                       'operator:' || querylayer.outer_user());
+END
+$$;
+
+CREATE FUNCTION querylayer.site_of_credential(p_table regclass, p_id uuid) RETURNS uuid
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_site uuid;
+BEGIN
+    -- Operators look credentials up across sites; the site list is small.
+    FOR v_site IN SELECT id FROM querylayer.sites LOOP
+        PERFORM querylayer.enter_operator(v_site);
+        EXECUTE format('SELECT site_id FROM %s WHERE id = $1', p_table) INTO v_site USING p_id;
+        IF v_site IS NOT NULL THEN
+            RETURN v_site;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'no credential %', p_id USING ERRCODE = 'QL404';
+END
+$$;
+
+CREATE FUNCTION querylayer.revoke_credential(p_table regclass, p_id uuid, p_reason text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row jsonb;
+BEGIN
+    EXECUTE format('UPDATE %s SET revoked_at = now(), revoked_reason = $2
+                     WHERE id = $1 AND revoked_at IS NULL RETURNING to_jsonb(%s.*)', p_table, p_table)
+       INTO v_row USING p_id, p_reason;
+    IF v_row IS NULL THEN
+        EXECUTE format('SELECT to_jsonb(t.*) FROM %s t WHERE id = $1', p_table) INTO v_row USING p_id;
+        IF v_row IS NULL THEN
+            RAISE EXCEPTION 'no credential % on this site', p_id USING ERRCODE = 'QL404';
+        END IF;
+        -- Already revoked: revocation is idempotent, the first time stays recorded.
+        RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', true);
+    END IF;
+    PERFORM querylayer.audit(CASE p_table WHEN 'querylayer.connections'::regclass THEN 'connection.revoke'
+                                          ELSE 'member_token.revoke' END,
+                             p_id::text, jsonb_build_object('reason', p_reason));
+    RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', false);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.revoke_connection(p_connection_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.connections', p_connection_id));
+    RETURN querylayer.revoke_credential('querylayer.connections', p_connection_id, p_reason);
+END
+$$;
+
+-- Lists a site's connections: never a secret, never a fingerprint.
+CREATE FUNCTION querylayer_api.list_connections(p_site text)
+RETURNS TABLE (connection_id uuid, name text, agent text, prefix text, scopes text[], effective_scopes text[],
+               harness text, expires_at timestamptz, state text, created_at timestamptz, revoked_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN QUERY
+    SELECT c.id, c.name, a.handle, c.prefix, c.scopes,
+           ARRAY(SELECT s FROM unnest(c.scopes) s
+                  WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
+                                 WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = s) ORDER BY s),
+           c.harness, c.expires_at,
+           CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.expires_at <= now() THEN 'expired' ELSE 'active' END,
+           c.created_at, c.revoked_at
+      FROM querylayer.connections c JOIN querylayer.agents a ON a.id = c.agent_id
+     WHERE c.site_id = v_site.id
+     ORDER BY c.created_at, c.id;
+END
+$$;
+
+CREATE FUNCTION querylayer_api.create_member_token(p_site text, p_member text, p_name text, p_expires_at timestamptz) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site   querylayer.sites;
+    v_member querylayer.members;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN querylayer.issue_member_token(v_site.id, v_member.id, p_name, p_expires_at, 'operator:' || querylayer.outer_user());
+END
+$$;
+
+CREATE FUNCTION querylayer_api.revoke_member_token(p_token_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.member_tokens', p_token_id));
+    RETURN querylayer.revoke_credential('querylayer.member_tokens', p_token_id, p_reason);
+END
+$$;
+
+-- Walks the site's hash chain and reports the first broken link.
+CREATE FUNCTION querylayer_api.verify_ledger(p_site text) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN jsonb_build_object('site', v_site.slug) || querylayer.verify_ledger_site(v_site.id);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.list_audit(p_site text DEFAULT NULL, p_limit integer DEFAULT 100)
+RETURNS TABLE (at timestamptz, site text, principal_kind text, action text, outcome text, target text, detail jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    IF p_site IS NOT NULL THEN
+        v_site := querylayer.site_by_slug(p_site);
+        PERFORM querylayer.enter_operator(v_site.id);
+    END IF;
+    RETURN QUERY
+    SELECT e.at, v_site.slug, e.principal_kind, e.action, e.outcome, e.target, e.detail
+      FROM querylayer.audit_events e
+     WHERE e.site_id IS NOT DISTINCT FROM v_site.id
+     ORDER BY e.id DESC LIMIT p_limit;
+END
+$$;
+
+-- The demo: organization demo, site demo, agent demo-agent holding every scope, member
+-- demo-owner (owner of demo). Idempotent; every call issues a fresh connection secret and
+-- member token (24 hours) and returns them.
+CREATE FUNCTION querylayer_api.seed_demo() RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site  querylayer.sites;
+    v_agent querylayer.agents;
+    v_owner querylayer.members;
+    v_suffix text := to_char(clock_timestamp(), 'YYYYMMDD"T"HH24MISS.US');
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    IF NOT EXISTS (SELECT 1 FROM querylayer.organizations WHERE slug = 'demo') THEN
+        PERFORM querylayer_api.create_organization('demo', 'Demo organization');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM querylayer.sites WHERE slug = 'demo') THEN
+        PERFORM querylayer_api.create_site('demo', 'demo', 'Demo site');
+    END IF;
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug('demo');
+    IF NOT EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_site.organization_id AND handle = 'demo-agent') THEN
+        PERFORM querylayer_api.create_agent('demo', 'demo-agent', 'hermes', 'demo-profile-0001', 'demo');
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_site.organization_id AND handle = 'demo-owner') THEN
+        PERFORM querylayer_api.create_member('demo', 'demo-owner', 'Demo owner');
+    END IF;
+    PERFORM querylayer_api.set_member_role('demo', 'demo-owner', 'owner');
+    PERFORM querylayer_api.grant_agent_scopes('demo', 'demo-agent', ARRAY(SELECT scope FROM querylayer.scopes));
+    RETURN jsonb_build_object(
+        'organization', 'demo', 'site', 'demo', 'agent', 'demo-agent', 'member', 'demo-owner',
+        'connection', querylayer_api.create_connection('demo', 'demo-agent', 'demo ' || v_suffix,
+                          ARRAY(SELECT scope FROM querylayer.scopes), now() + interval '24 hours', 'generic'),
+        'member_token', querylayer_api.create_member_token('demo', 'demo-owner', 'demo ' || v_suffix,
+                          now() + interval '24 hours'));
+END
+$$;

@@ -1,0 +1,57 @@
+-- Ownership, privileges and the last guards. Loaded last.
+
+-- Every table belongs to querylayer_owner (NOLOGIN, NOBYPASSRLS); row-level security is FORCEd
+-- on every table that carries site_id, so it applies inside the owner's own functions too.
+DO $own$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT c.oid::regclass AS tbl
+               FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = 'querylayer'::regnamespace AND c.relkind IN ('r', 'p') LOOP
+        EXECUTE format('ALTER TABLE %s OWNER TO querylayer_owner', r.tbl);
+    END LOOP;
+    FOR r IN SELECT p.oid::regprocedure AS fn
+               FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace IN ('querylayer'::regnamespace, 'querylayer_api'::regnamespace) LOOP
+        EXECUTE format('ALTER FUNCTION %s OWNER TO querylayer_owner', r.fn);
+    END LOOP;
+    FOR r IN SELECT c.oid::regclass AS tbl
+               FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = 'querylayer'::regnamespace AND c.relkind IN ('r', 'p')
+                AND (NOT c.relrowsecurity OR NOT c.relforcerowsecurity)
+                AND EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                             WHERE a.attrelid = c.oid AND a.attname = 'site_id' AND NOT a.attisdropped) LOOP
+        RAISE EXCEPTION 'site-owned table % lacks forced row-level security', r.tbl;
+    END LOOP;
+END
+$own$;
+
+REVOKE ALL ON ALL TABLES IN SCHEMA querylayer FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA querylayer FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA querylayer FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA querylayer_api FROM PUBLIC;
+
+-- The edge's grants are made beside each function (GRANT … TO querylayer_edge). Operators may
+-- call the whole surface, the governed agent and member functions included.
+GRANT EXECUTE ON FUNCTION querylayer_api.authenticate, querylayer_api.authenticate_member,
+    querylayer_api.record_failed_authentication, querylayer_api.record_failed_member_authentication
+    TO querylayer_edge;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA querylayer_api TO querylayer_admin;
+
+-- The owner role exists to own; it is never meant to act. Refuse any DDL it attempts (for
+-- example ALTER TABLE … DISABLE TRIGGER, which a table owner could otherwise run).
+CREATE FUNCTION querylayer.refuse_owner_ddl() RETURNS event_trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_catalog.pg_has_role(current_user, 'querylayer_owner', 'USAGE')
+       AND NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+        RAISE EXCEPTION 'querylayer_owner may not run DDL (%); schema changes go through extension upgrades', tg_tag
+            USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+CREATE EVENT TRIGGER querylayer_refuse_owner_ddl ON ddl_command_start
+    EXECUTE FUNCTION querylayer.refuse_owner_ddl();
+ALTER EVENT TRIGGER querylayer_refuse_owner_ddl ENABLE ALWAYS;
+REVOKE EXECUTE ON FUNCTION querylayer.refuse_owner_ddl() FROM PUBLIC;
