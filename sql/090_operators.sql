@@ -402,6 +402,14 @@ BEGIN
     END IF;
     PERFORM querylayer_api.set_member_role('demo', 'demo-owner', 'owner');
     PERFORM querylayer_api.grant_agent_scopes('demo', 'demo-agent', ARRAY(SELECT scope FROM querylayer.scopes));
+    PERFORM querylayer.enter_operator(v_site.id);
+    IF NOT EXISTS (SELECT 1 FROM querylayer.templates WHERE site_id = v_site.id AND name = 'article') THEN
+        PERFORM querylayer_api.create_template('demo', 'article',
+            '[{"name": "title", "type": "text", "required": true, "max_length": 200},
+              {"name": "body", "type": "markdown", "required": true},
+              {"name": "summary", "type": "text", "required": false, "max_length": 500},
+              {"name": "tags", "type": "list", "required": false}]');
+    END IF;
     RETURN jsonb_build_object(
         'organization', 'demo', 'site', 'demo', 'agent', 'demo-agent', 'member', 'demo-owner',
         'connection', querylayer_api.create_connection('demo', 'demo-agent', 'demo ' || v_suffix,

@@ -57,6 +57,20 @@ thread_local! {
 pub fn init() {
     unsafe {
         pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
+    }
+}
+
+/// A subtransaction that aborts (a caught error) drops the live-pointer mark it may have held.
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subxact_event(
+    event: pg_sys::SubXactEvent::Type,
+    _sub: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        crate::lifecycle::clear();
     }
 }
 
@@ -83,6 +97,7 @@ fn current_lxid() -> u32 {
 pub fn clear() {
     CONTEXT.with(|c| c.borrow_mut().take());
     PRESENTED.with(|p| p.borrow_mut().take());
+    crate::lifecycle::clear();
 }
 
 /// The context of the current transaction, if one was established in it.

@@ -4,6 +4,7 @@
 use pgrx::prelude::*;
 
 mod context;
+mod lifecycle;
 mod secrets;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -35,7 +36,9 @@ extension_sql_file!(
         context::ctx_presented_fingerprint,
         context::outer_user,
         context::enter_operator,
-        secrets::new_secret
+        secrets::new_secret,
+        lifecycle::lifecycle_mark,
+        lifecycle::execute_decision
     ]
 );
 extension_sql_file!("../../sql/020_ledger.sql", name = "ledger", requires = ["context"]);
@@ -43,7 +46,10 @@ extension_sql_file!("../../sql/030_identity.sql", name = "identity", requires = 
 extension_sql_file!("../../sql/040_credentials.sql", name = "credentials", requires = ["identity"]);
 extension_sql_file!("../../sql/050_audit.sql", name = "audit", requires = ["credentials"]);
 extension_sql_file!("../../sql/060_runs.sql", name = "runs", requires = ["audit"]);
-extension_sql_file!("../../sql/090_operators.sql", name = "operators", requires = ["runs"]);
+extension_sql_file!("../../sql/070_content.sql", name = "content", requires = ["runs"]);
+extension_sql_file!("../../sql/080_proposals.sql", name = "proposals", requires = ["content"]);
+extension_sql_file!("../../sql/085_console.sql", name = "console", requires = ["proposals"]);
+extension_sql_file!("../../sql/090_operators.sql", name = "operators", requires = ["console"]);
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -294,4 +294,298 @@ mod tests {
         let audit = text("SELECT coalesce(jsonb_agg(to_jsonb(a))::text, '') FROM querylayer.audit_events a");
         assert!(!audit.contains(&secret[4..]) && !audit.contains(&fingerprint));
     }
+
+    // ---------------------------------------------------------------------------------------
+    // Content governance.
+
+    struct Site {
+        secret: String,
+        owner_token: String,
+    }
+
+    /// The demo plus an editor; returns the agent's secret and the owner's token.
+    fn content_site() -> Site {
+        let seeded = json("SELECT querylayer_api.seed_demo()");
+        Site {
+            secret: seeded["connection"]["secret"].as_str().unwrap().to_string(),
+            owner_token: seeded["member_token"]["token"].as_str().unwrap().to_string(),
+        }
+    }
+
+    fn member_token(handle: &str, role: &str) -> String {
+        Spi::run(&format!("SELECT querylayer_api.create_member('demo', '{handle}')")).unwrap();
+        Spi::run(&format!("SELECT querylayer_api.set_member_role('demo', '{handle}', '{role}')")).unwrap();
+        let t = json(&format!(
+            "SELECT querylayer_api.create_member_token('demo', '{handle}', 't', now() + interval '1 hour')"
+        ));
+        t["token"].as_str().unwrap().to_string()
+    }
+
+    fn as_member(token: &str) -> Value {
+        json(&format!("SELECT querylayer_api.authenticate_member(sha256(convert_to('{token}', 'UTF8')))"))
+    }
+
+    /// As the agent: begins a run and drafts an article. Returns (run_id, content_id, revision_id).
+    fn draft(secret: &str, slug: &str) -> (String, String, String) {
+        authenticate(secret);
+        let run = json("SELECT querylayer_api.begin_run('article.draft')");
+        let run_id = run["run_id"].as_str().unwrap().to_string();
+        let d = json(&format!(
+            "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"T\", \"body\": \"B\"}}', NULL, '{slug}')"
+        ));
+        (run_id, d["content_id"].as_str().unwrap().to_string(), d["revision_id"].as_str().unwrap().to_string())
+    }
+
+    fn redraft(run_id: &str, content_id: &str) -> String {
+        let d = json(&format!(
+            "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"T2\", \"body\": \"B2\"}}', '{content_id}')"
+        ));
+        d["revision_id"].as_str().unwrap().to_string()
+    }
+
+    fn request_publish(run_id: &str, content_id: &str, revision_id: &str) -> String {
+        let p = json(&format!(
+            "SELECT querylayer_api.request_publish_approval('{run_id}',
+               '[{{\"content_id\": \"{content_id}\", \"action\": \"publish\", \"revision_id\": \"{revision_id}\"}}]')"
+        ));
+        p["proposal_id"].as_str().unwrap().to_string()
+    }
+
+    fn live_pointer(content_id: &str) -> Option<String> {
+        Spi::get_one::<String>(&format!(
+            "SELECT published_revision_id::text FROM querylayer.content_items WHERE id = '{content_id}'"
+        ))
+        .unwrap()
+    }
+
+    #[pg_test]
+    fn a_draft_never_publishes_and_an_approval_moves_the_live_pointer() {
+        let site = content_site();
+        let (run_id, content_id, revision_id) = draft(&site.secret, "hello");
+        assert_eq!(live_pointer(&content_id), None, "creating a draft leaves the live pointer untouched");
+        let proposal = request_publish(&run_id, &content_id, &revision_id);
+        as_member(&site.owner_token);
+        let decided = json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve', 'ship it')"));
+        assert_eq!(decided["state"], "applied", "{decided}");
+        assert_eq!(live_pointer(&content_id), Some(revision_id));
+    }
+
+    #[pg_test]
+    fn template_contract_names_the_fields() {
+        let site = content_site();
+        authenticate(&site.secret);
+        let run = json("SELECT querylayer_api.begin_run('article.draft')");
+        let run_id = run["run_id"].as_str().unwrap();
+        let err = Spi::get_one::<String>(&format!(
+            "DO $t$ BEGIN PERFORM querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": 5, \"colour\": \"red\"}}', NULL, 'x');
+             EXCEPTION WHEN SQLSTATE 'QL422' THEN RAISE NOTICE '%', SQLERRM; PERFORM set_config('ql.test', SQLERRM, true); END $t$;
+             SELECT current_setting('ql.test')"
+        ));
+        let message = err.unwrap().unwrap();
+        assert_eq!(
+            message,
+            "the draft does not satisfy template article (version 1): missing required fields: body; unknown fields: colour; title must be a string"
+        );
+    }
+
+    #[pg_test]
+    fn an_agent_draft_outside_an_open_run_is_refused() {
+        let site = content_site();
+        authenticate(&site.secret);
+        expect_sqlstate(
+            "SELECT querylayer_api.create_draft(NULL, 'article', '{\"title\": \"T\", \"body\": \"B\"}', NULL, 'x')",
+            "22023",
+        );
+        let run = json("SELECT querylayer_api.begin_run('article.draft')");
+        let run_id = run["run_id"].as_str().unwrap();
+        Spi::run(&format!("SELECT querylayer_api.finish_run('{run_id}', 'cancelled')")).unwrap();
+        expect_sqlstate(
+            &format!("SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"T\", \"body\": \"B\"}}', NULL, 'x')"),
+            "QL410",
+        );
+    }
+
+    #[pg_test]
+    fn content_revisions_are_immutable_for_owner_and_replica_superuser() {
+        let site = content_site();
+        draft(&site.secret, "a");
+        as_owner();
+        expect_sqlstate("UPDATE querylayer.content_revisions SET fields = '{}'", "QL423");
+        expect_sqlstate("DELETE FROM querylayer.content_revisions", "QL423");
+        expect_sqlstate("TRUNCATE querylayer.content_revisions CASCADE", "QL423");
+        Spi::run("RESET ROLE").unwrap();
+        Spi::run("SET LOCAL session_replication_role = replica").unwrap();
+        expect_sqlstate("UPDATE querylayer.content_revisions SET fields = '{}'", "QL423");
+        expect_sqlstate("DELETE FROM querylayer.content_revisions", "QL423");
+        expect_sqlstate("TRUNCATE querylayer.content_revisions CASCADE", "QL423");
+    }
+
+    #[pg_test]
+    fn live_pointer_and_archived_at_refuse_every_direct_update() {
+        let site = content_site();
+        let (_, content_id, revision_id) = draft(&site.secret, "a");
+        let set_live = format!("UPDATE querylayer.content_items SET published_revision_id = '{revision_id}'");
+        // The superuser, directly and from inside a function.
+        expect_sqlstate(&set_live, "QL423");
+        expect_sqlstate("UPDATE querylayer.content_items SET archived_at = now()", "QL423");
+        Spi::run(&format!(
+            "CREATE FUNCTION pg_temp.sneak() RETURNS void LANGUAGE sql AS $$ {set_live} $$"
+        ))
+        .unwrap();
+        expect_sqlstate("SELECT pg_temp.sneak()", "QL423");
+        // Even replica mode does not skip the guard.
+        Spi::run("SET LOCAL session_replication_role = replica").unwrap();
+        expect_sqlstate(&set_live, "QL423");
+        Spi::run("SET LOCAL session_replication_role = origin").unwrap();
+        // The table owner.
+        as_owner();
+        expect_sqlstate(&set_live, "QL423");
+        expect_sqlstate("UPDATE querylayer.content_items SET archived_at = now()", "QL423");
+        assert_eq!(live_pointer(&content_id), None);
+        // The edge role has no way in at all.
+        as_edge();
+        expect_sqlstate(&set_live, "42501");
+    }
+
+    #[pg_test]
+    fn the_apply_function_alone_cannot_move_the_pointer() {
+        let site = content_site();
+        let (run_id, content_id, revision_id) = draft(&site.secret, "a");
+        let proposal = request_publish(&run_id, &content_id, &revision_id);
+        // A real approval, inserted by hand, then applied without the extension's execution path.
+        as_member(&site.owner_token);
+        let decision = text(&format!(
+            "INSERT INTO querylayer.proposal_decisions (site_id, proposal_id, decision, member_id, member_role)
+             SELECT site_id, id, 'approved', querylayer.ctx_member_id(), 'owner' FROM querylayer.proposals
+              WHERE id = '{proposal}' RETURNING id::text"
+        ));
+        expect_sqlstate(&format!("SELECT querylayer.apply_lifecycle('{decision}')"), "QL423");
+        assert_eq!(live_pointer(&content_id), None);
+    }
+
+    #[pg_test]
+    fn an_agent_cannot_decide() {
+        let site = content_site();
+        let (run_id, content_id, revision_id) = draft(&site.secret, "a");
+        let proposal = request_publish(&run_id, &content_id, &revision_id);
+        expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"), "QL401");
+    }
+
+    #[pg_test]
+    fn an_editor_cannot_approve_archive_or_restore_and_viewers_decide_nothing() {
+        let site = content_site();
+        let editor = member_token("ed", "editor");
+        let viewer = member_token("vi", "viewer");
+        let (run_id, content_id, revision_id) = draft(&site.secret, "a");
+        let publish = request_publish(&run_id, &content_id, &revision_id);
+        let archive = json(&format!(
+            "SELECT querylayer_api.create_proposal('{run_id}', 'content_lifecycle',
+               '{{\"items\": [{{\"content_id\": \"{content_id}\", \"action\": \"archive\", \"archived_at\": null}}]}}')"
+        ));
+        assert_eq!(archive["risk"], "high");
+        let archive = archive["proposal_id"].as_str().unwrap();
+        as_member(&viewer);
+        expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'approve')"), "QL403");
+        as_member(&editor);
+        expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{archive}', 'approve')"), "QL403");
+        let rejected = json(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'reject', 'not yet')"));
+        assert_eq!(rejected["state"], "rejected");
+        expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'approve')"), "QL409");
+    }
+
+    #[pg_test]
+    fn a_member_of_another_site_cannot_decide() {
+        let site = content_site();
+        let (run_id, content_id, revision_id) = draft(&site.secret, "a");
+        let proposal = request_publish(&run_id, &content_id, &revision_id);
+        Spi::run("SELECT querylayer_api.create_site('demo', 'other')").unwrap();
+        Spi::run("SELECT querylayer_api.create_member('demo', 'stranger')").unwrap();
+        Spi::run("SELECT querylayer_api.set_member_role('other', 'stranger', 'owner')").unwrap();
+        let token = json("SELECT querylayer_api.create_member_token('other', 'stranger', 't', now() + interval '1 hour')");
+        as_member(token["token"].as_str().unwrap());
+        expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"), "QL404");
+        assert_eq!(live_pointer(&content_id), None);
+    }
+
+    #[pg_test]
+    fn a_stale_publish_publishes_nothing_and_says_why() {
+        let site = content_site();
+        let (run_id, content_id, revision_id) = draft(&site.secret, "a");
+        let proposal = request_publish(&run_id, &content_id, &revision_id);
+        let newer = redraft(&run_id, &content_id);
+        as_member(&site.owner_token);
+        let decided = json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"));
+        assert_eq!(decided["state"], "failed");
+        assert_eq!(decided["decision"]["decision"], "approved");
+        let problem = &decided["execution"]["detail"]["problems"][0];
+        assert_eq!(problem["reason"], "stale_revision");
+        assert_eq!(problem["message"], format!("revision {revision_id} is no longer the current draft (now {newer})"));
+        assert_eq!(live_pointer(&content_id), None);
+    }
+
+    #[pg_test]
+    fn unpublish_takes_down_what_is_live_and_archive_requires_unpublishing() {
+        let site = content_site();
+        let (run_id, content_id, revision_id) = draft(&site.secret, "a");
+        let publish = request_publish(&run_id, &content_id, &revision_id);
+        as_member(&site.owner_token);
+        json(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'approve')"));
+        // A newer draft exists; unpublishing still takes down the live revision, whatever it is.
+        authenticate(&site.secret);
+        redraft(&run_id, &content_id);
+        let archive_live = format!(
+            "SELECT querylayer_api.create_proposal('{run_id}', 'content_lifecycle',
+               '{{\"items\": [{{\"content_id\": \"{content_id}\", \"action\": \"archive\", \"archived_at\": null}}]}}')"
+        );
+        expect_sqlstate(&archive_live, "QL422");
+        let unpublish = json(&format!(
+            "SELECT querylayer_api.request_publish_approval('{run_id}', '[{{\"content_id\": \"{content_id}\", \"action\": \"unpublish\"}}]')"
+        ));
+        let unpublish = unpublish["proposal_id"].as_str().unwrap().to_string();
+        as_member(&site.owner_token);
+        let done = json(&format!("SELECT querylayer_api.decide_proposal('{unpublish}', 'approve')"));
+        assert_eq!(done["state"], "applied");
+        assert_eq!(done["execution"]["detail"]["effects"][0]["revision_id"], revision_id.as_str());
+        assert_eq!(live_pointer(&content_id), None);
+        // Now it can be archived, and restoring leaves it unpublished.
+        authenticate(&site.secret);
+        let archive = json(&archive_live)["proposal_id"].as_str().unwrap().to_string();
+        as_member(&site.owner_token);
+        assert_eq!(json(&format!("SELECT querylayer_api.decide_proposal('{archive}', 'approve')"))["state"], "applied");
+        let archived_at = text(&format!(
+            "SELECT to_jsonb(archived_at)#>>'{{}}' FROM querylayer.content_items WHERE id = '{content_id}'"
+        ));
+        authenticate(&site.secret);
+        let restore = json(&format!(
+            "SELECT querylayer_api.create_proposal('{run_id}', 'content_lifecycle',
+               '{{\"items\": [{{\"content_id\": \"{content_id}\", \"action\": \"restore\", \"archived_at\": \"{archived_at}\"}}]}}')"
+        ))["proposal_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        as_member(&site.owner_token);
+        assert_eq!(json(&format!("SELECT querylayer_api.decide_proposal('{restore}', 'approve')"))["state"], "applied");
+        assert_eq!(live_pointer(&content_id), None, "restoring never republishes");
+        let state = text(&format!("SELECT querylayer.content_state(c) FROM querylayer.content_items c WHERE id = '{content_id}'"));
+        assert_eq!(state, "draft");
+    }
+
+    #[pg_test]
+    fn the_server_assigns_risk_whatever_the_client_says() {
+        let site = content_site();
+        let (run_id, content_id, revision_id) = draft(&site.secret, "a");
+        let p = json(&format!(
+            "SELECT querylayer_api.create_proposal('{run_id}', 'revision',
+               '{{\"content_id\": \"{content_id}\", \"revision_id\": \"{revision_id}\", \"risk\": \"low\"}}')"
+        ));
+        assert_eq!(p["risk"], "medium");
+        assert!(p["payload"].get("risk").is_none());
+        // And a direct insert by the superuser cannot choose it either.
+        let risk = text(&format!(
+            "INSERT INTO querylayer.proposals (site_id, type, risk, payload, author_kind, agent_id, connection_id, run_id)
+             SELECT site_id, 'content_lifecycle', 'low', '{{}}', 'agent', agent_id, connection_id, id
+               FROM querylayer.runs WHERE id = '{run_id}' RETURNING risk"
+        ));
+        assert_eq!(risk, "high");
+    }
 }

@@ -6,3 +6,4 @@ mod immutability;
 mod install;
 mod isolation;
 mod runs;
+mod content;

@@ -1,0 +1,411 @@
+-- Content: templates, items and their immutable revisions. content_revisions is the only place
+-- content bodies live. An item keeps two pointers: the draft (moved by every new revision) and
+-- the live one, published_revision_id, which only an executed publish approval moves (see
+-- 080_proposals.sql and extension/src/lifecycle.rs). archived_at is guarded the same way.
+
+-- Templates are versioned and immutable: a revision always names the exact version it satisfied.
+CREATE TABLE querylayer.templates (
+    id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id    uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    name       text NOT NULL CHECK (name ~ '^[a-z][a-z0-9_-]{0,62}$'),
+    version    integer NOT NULL CHECK (version > 0),
+    fields     jsonb NOT NULL CHECK (jsonb_typeof(fields) = 'array'),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (site_id, name, version)
+);
+SELECT querylayer.isolate_by_site('querylayer.templates');
+SELECT querylayer.make_append_only('querylayer.templates');
+
+-- Validates a template's field list: [{"name", "type", "required", "max_length"?}].
+CREATE FUNCTION querylayer.check_template_fields(p_fields jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    f jsonb;
+    v_names text[] := '{}';
+BEGIN
+    IF p_fields IS NULL OR jsonb_typeof(p_fields) <> 'array' OR jsonb_array_length(p_fields) = 0 THEN
+        RAISE EXCEPTION 'fields must be a non-empty array of {"name", "type", "required"}' USING ERRCODE = '22023';
+    END IF;
+    FOR f IN SELECT * FROM jsonb_array_elements(p_fields) LOOP
+        IF jsonb_typeof(f->'name') IS DISTINCT FROM 'string' OR (f->>'name') !~ '^[a-z][a-z0-9_]{0,62}$' THEN
+            RAISE EXCEPTION 'fields: each field needs a "name" of lowercase letters, digits and _; got %', left(f::text, 200)
+                USING ERRCODE = '22023';
+        END IF;
+        IF (f->>'name') = ANY (v_names) THEN
+            RAISE EXCEPTION 'fields: % is declared twice', f->>'name' USING ERRCODE = '22023';
+        END IF;
+        v_names := v_names || (f->>'name');
+        IF coalesce(f->>'type', '') NOT IN ('text', 'markdown', 'url', 'list') THEN
+            RAISE EXCEPTION 'fields.%.type must be text, markdown, url or list', f->>'name' USING ERRCODE = '22023';
+        END IF;
+        IF jsonb_typeof(f->'required') IS DISTINCT FROM 'boolean' THEN
+            RAISE EXCEPTION 'fields.%.required must be true or false', f->>'name' USING ERRCODE = '22023';
+        END IF;
+        IF f ? 'max_length' AND (jsonb_typeof(f->'max_length') <> 'number' OR (f->>'max_length')::numeric < 1) THEN
+            RAISE EXCEPTION 'fields.%.max_length must be a positive number', f->>'name' USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+    RETURN p_fields;
+END
+$$;
+
+-- The one template contract for agent and member drafts: names every missing, unknown or
+-- ill-typed field in one message.
+CREATE FUNCTION querylayer.check_draft_fields(p_template querylayer.templates, p_fields jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    v_missing  text[];
+    v_unknown  text[];
+    v_problems text[] := '{}';
+    v_field    jsonb;
+    v          jsonb;
+BEGIN
+    IF p_fields IS NULL OR jsonb_typeof(p_fields) <> 'object' THEN
+        RAISE EXCEPTION 'fields must be a JSON object keyed by the template''s field names' USING ERRCODE = '22023';
+    END IF;
+    SELECT array_agg(f->>'name' ORDER BY f->>'name') INTO v_missing
+      FROM jsonb_array_elements(p_template.fields) f
+     WHERE (f->>'required')::boolean
+       AND (NOT p_fields ? (f->>'name') OR p_fields->(f->>'name') = 'null'::jsonb
+            OR p_fields->(f->>'name') = '""'::jsonb OR p_fields->(f->>'name') = '[]'::jsonb);
+    SELECT array_agg(k ORDER BY k) INTO v_unknown
+      FROM jsonb_object_keys(p_fields) k
+     WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_template.fields) f WHERE f->>'name' = k);
+    IF v_missing IS NOT NULL THEN
+        v_problems := v_problems || ('missing required fields: ' || array_to_string(v_missing, ', '));
+    END IF;
+    IF v_unknown IS NOT NULL THEN
+        v_problems := v_problems || ('unknown fields: ' || array_to_string(v_unknown, ', '));
+    END IF;
+    FOR v_field IN SELECT * FROM jsonb_array_elements(p_template.fields) LOOP
+        v := p_fields->(v_field->>'name');
+        CONTINUE WHEN v IS NULL OR v = 'null'::jsonb;
+        IF v_field->>'type' IN ('text', 'markdown', 'url') AND jsonb_typeof(v) <> 'string' THEN
+            v_problems := v_problems || format('%s must be a string', v_field->>'name');
+        ELSIF v_field->>'type' = 'url' AND (v#>>'{}') !~ '^https?://[^[:space:]]+$' THEN
+            v_problems := v_problems || format('%s must be an http(s) URL', v_field->>'name');
+        ELSIF v_field->>'type' = 'list' AND (jsonb_typeof(v) <> 'array'
+              OR EXISTS (SELECT 1 FROM jsonb_array_elements(v) e WHERE jsonb_typeof(e) <> 'string')) THEN
+            v_problems := v_problems || format('%s must be a list of strings', v_field->>'name');
+        ELSIF v_field ? 'max_length' AND jsonb_typeof(v) = 'string'
+              AND length(v#>>'{}') > (v_field->>'max_length')::integer THEN
+            v_problems := v_problems || format('%s is longer than %s characters', v_field->>'name', v_field->>'max_length');
+        END IF;
+    END LOOP;
+    IF cardinality(v_problems) > 0 THEN
+        RAISE EXCEPTION 'the draft does not satisfy template % (version %): %', p_template.name, p_template.version,
+            array_to_string(v_problems, '; ')
+            USING ERRCODE = 'QL422',
+                  HINT = (SELECT 'template fields: ' || string_agg(format('%s (%s%s)', f->>'name', f->>'type',
+                              CASE WHEN (f->>'required')::boolean THEN ', required' ELSE '' END), ', ')
+                            FROM jsonb_array_elements(p_template.fields) f);
+    END IF;
+    RETURN p_fields;
+END
+$$;
+
+CREATE TABLE querylayer.content_items (
+    id                    uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id               uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    slug                  text NOT NULL CHECK (slug ~ '^[a-z0-9][a-z0-9/_-]{0,199}$'),
+    template_name         text NOT NULL,
+    draft_revision_id     uuid,
+    published_revision_id uuid,
+    published_at          timestamptz,
+    archived_at           timestamptz,
+    created_at            timestamptz NOT NULL DEFAULT now(),
+    updated_at            timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (site_id, slug)
+);
+SELECT querylayer.isolate_by_site('querylayer.content_items');
+
+CREATE TABLE querylayer.content_revisions (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    content_id      uuid NOT NULL REFERENCES querylayer.content_items ON DELETE RESTRICT,
+    revision_number integer NOT NULL CHECK (revision_number > 0),
+    template_id     uuid NOT NULL REFERENCES querylayer.templates ON DELETE RESTRICT,
+    fields          jsonb NOT NULL CHECK (jsonb_typeof(fields) = 'object'),
+    author_kind     text NOT NULL CHECK (author_kind IN ('agent', 'member')),
+    agent_id        uuid REFERENCES querylayer.agents ON DELETE RESTRICT,
+    connection_id   uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
+    run_id          uuid REFERENCES querylayer.runs ON DELETE RESTRICT,
+    member_id       uuid REFERENCES querylayer.members ON DELETE RESTRICT,
+    created_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq       bigint NOT NULL,
+    prev_sha256     bytea NOT NULL,
+    content_sha256  bytea NOT NULL,
+    record_sha256   bytea NOT NULL,
+    UNIQUE (site_id, chain_seq),
+    UNIQUE (content_id, revision_number),
+    UNIQUE (content_id, id),
+    CHECK (CASE author_kind
+             WHEN 'agent' THEN agent_id IS NOT NULL AND connection_id IS NOT NULL AND run_id IS NOT NULL AND member_id IS NULL
+             ELSE member_id IS NOT NULL AND agent_id IS NULL AND connection_id IS NULL AND run_id IS NULL END)
+);
+SELECT querylayer.isolate_by_site('querylayer.content_revisions');
+SELECT querylayer.make_chained('querylayer.content_revisions');
+
+-- The pointers name revisions of the same item.
+ALTER TABLE querylayer.content_items
+    ADD FOREIGN KEY (id, draft_revision_id) REFERENCES querylayer.content_revisions (content_id, id) ON DELETE RESTRICT,
+    ADD FOREIGN KEY (id, published_revision_id) REFERENCES querylayer.content_revisions (content_id, id) ON DELETE RESTRICT;
+
+-- An agent's record belongs to an open run of its own connection; a member's to that member.
+-- Held by the tables (revisions, proposals), so no code path can attribute work loosely.
+CREATE FUNCTION querylayer.check_authorship() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run querylayer.runs;
+BEGIN
+    IF NEW.author_kind = 'agent' THEN
+        SELECT * INTO v_run FROM querylayer.runs WHERE id = NEW.run_id FOR SHARE;
+        IF NOT FOUND OR v_run.connection_id <> NEW.connection_id OR v_run.agent_id <> NEW.agent_id
+           OR v_run.site_id <> NEW.site_id THEN
+            RAISE EXCEPTION 'agent work must belong to an open run of the same connection' USING ERRCODE = 'QL403',
+                HINT = 'begin a run with this connection and pass its run_id';
+        END IF;
+        IF EXISTS (SELECT 1 FROM querylayer.run_events WHERE run_id = NEW.run_id AND kind = 'finished') THEN
+            RAISE EXCEPTION 'run % is finished; it accepts nothing more', NEW.run_id USING ERRCODE = 'QL410',
+                HINT = 'begin a new run';
+        END IF;
+        IF querylayer.ctx_kind() = 'connection' AND NEW.connection_id IS DISTINCT FROM querylayer.ctx_connection_id() THEN
+            RAISE EXCEPTION 'agent work is attributed to the connection acting now' USING ERRCODE = 'QL403';
+        END IF;
+    ELSIF querylayer.ctx_kind() = 'member' AND NEW.member_id IS DISTINCT FROM querylayer.ctx_member_id() THEN
+        RAISE EXCEPTION 'member work is attributed to the member acting now' USING ERRCODE = 'QL403';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER aa_check_authorship BEFORE INSERT ON querylayer.content_revisions
+    FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship();
+ALTER TABLE querylayer.content_revisions ENABLE ALWAYS TRIGGER aa_check_authorship;
+
+-- The live pointer, its timestamp and archived_at move only under the lifecycle mark, which
+-- only the extension's execution of an approved decision sets. Items are never deleted, their
+-- identity never changes, and the draft pointer only moves forward.
+CREATE FUNCTION querylayer.content_items_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION 'content items are never deleted; archive them through a content_lifecycle proposal'
+            USING ERRCODE = 'QL423';
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.published_revision_id IS NOT NULL OR NEW.published_at IS NOT NULL OR NEW.archived_at IS NOT NULL
+           OR NEW.draft_revision_id IS NOT NULL THEN
+            RAISE EXCEPTION 'a new content item starts unpublished, unarchived and without revisions'
+                USING ERRCODE = 'QL423';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF (NEW.published_revision_id, NEW.published_at, NEW.archived_at)
+       IS DISTINCT FROM (OLD.published_revision_id, OLD.published_at, OLD.archived_at)
+       AND querylayer.lifecycle_mark() IS NULL THEN
+        RAISE EXCEPTION 'published_revision_id and archived_at change only when an approved lifecycle proposal executes'
+            USING ERRCODE = 'QL423',
+                  HINT = 'request publishing with querylayer_api.request_publish_approval; a member decides';
+    END IF;
+    IF (NEW.id, NEW.site_id, NEW.slug, NEW.template_name, NEW.created_at)
+       IS DISTINCT FROM (OLD.id, OLD.site_id, OLD.slug, OLD.template_name, OLD.created_at) THEN
+        RAISE EXCEPTION 'a content item''s identity is immutable' USING ERRCODE = 'QL423';
+    END IF;
+    IF NEW.draft_revision_id IS DISTINCT FROM OLD.draft_revision_id
+       AND (NEW.draft_revision_id IS NULL
+            OR (SELECT revision_number FROM querylayer.content_revisions WHERE id = NEW.draft_revision_id)
+               <= coalesce((SELECT revision_number FROM querylayer.content_revisions WHERE id = OLD.draft_revision_id), 0)) THEN
+        RAISE EXCEPTION 'the draft pointer only moves to a newer revision' USING ERRCODE = 'QL423';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER content_items_guard BEFORE INSERT OR UPDATE OR DELETE ON querylayer.content_items
+    FOR EACH ROW EXECUTE FUNCTION querylayer.content_items_guard();
+ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_guard;
+CREATE TRIGGER content_items_no_truncate BEFORE TRUNCATE ON querylayer.content_items
+    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_no_truncate;
+
+CREATE FUNCTION querylayer.content_state(p_item querylayer.content_items) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN p_item.archived_at IS NOT NULL THEN 'archived'
+                WHEN p_item.published_revision_id IS NOT NULL THEN 'published'
+                ELSE 'draft' END
+$$;
+
+CREATE FUNCTION querylayer.content_json(p_item querylayer.content_items) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'content_id', p_item.id, 'slug', p_item.slug, 'template', p_item.template_name,
+        'title', d.fields->>'title', 'state', querylayer.content_state(p_item),
+        'draft_revision_id', p_item.draft_revision_id, 'draft_revision_number', d.revision_number,
+        'published_revision_id', p_item.published_revision_id, 'published_at', p_item.published_at,
+        'archived_at', p_item.archived_at,
+        'has_unpublished_changes', p_item.draft_revision_id IS DISTINCT FROM p_item.published_revision_id,
+        'updated_at', p_item.updated_at)
+      FROM (SELECT 1) one
+      LEFT JOIN querylayer.content_revisions d ON d.id = p_item.draft_revision_id
+$$;
+
+CREATE FUNCTION querylayer.newest_template(p_site_id uuid, p_name text) RETURNS querylayer.templates
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v querylayer.templates;
+BEGIN
+    SELECT * INTO v FROM querylayer.templates WHERE site_id = p_site_id AND name = p_name ORDER BY version DESC LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no template named % on this site', coalesce(quote_literal(p_name), 'NULL') USING ERRCODE = 'QL404',
+            HINT = (SELECT 'templates: ' || string_agg(DISTINCT name, ', ') FROM querylayer.templates WHERE site_id = p_site_id);
+    END IF;
+    RETURN v;
+END
+$$;
+
+-- -------------------------------------------------------------------------------------------
+-- The callable surface.
+
+-- Creates a draft revision (a new item when p_content_id is NULL). Agents draft inside an open
+-- run of their connection; members (owner, admin, editor) draft without a run. Never publishes.
+CREATE FUNCTION querylayer_api.create_draft(
+    p_run_id uuid, p_template text, p_fields jsonb, p_content_id uuid DEFAULT NULL, p_slug text DEFAULT NULL
+) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_member   boolean := querylayer.ctx_kind() = 'member';
+    v_template querylayer.templates;
+    v_item     querylayer.content_items;
+    v_rev      querylayer.content_revisions;
+BEGIN
+    IF v_member THEN
+        PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
+        IF p_run_id IS NOT NULL THEN
+            RAISE EXCEPTION 'run_id: members draft outside governed runs; omit it' USING ERRCODE = '22023';
+        END IF;
+    ELSE
+        PERFORM querylayer.require_connection('content:write');
+        IF p_run_id IS NULL THEN
+            RAISE EXCEPTION 'run_id is required: an agent draft belongs to an open run of its connection'
+                USING ERRCODE = '22023', HINT = 'call begin_run first';
+        END IF;
+    END IF;
+    IF p_content_id IS NULL THEN
+        IF p_slug IS NULL OR p_slug !~ '^[a-z0-9][a-z0-9/_-]{0,199}$' THEN
+            RAISE EXCEPTION 'slug is required for a new item (lowercase letters, digits and /_-, at most 200); got %',
+                coalesce(quote_literal(p_slug), 'NULL') USING ERRCODE = '22023';
+        END IF;
+        v_template := querylayer.newest_template(querylayer.ctx_site_id(), p_template);
+        PERFORM querylayer.check_draft_fields(v_template, p_fields);
+        IF EXISTS (SELECT 1 FROM querylayer.content_items WHERE site_id = querylayer.ctx_site_id() AND slug = p_slug) THEN
+            RAISE EXCEPTION 'an item with slug % already exists on this site', quote_literal(p_slug) USING ERRCODE = 'QL409',
+                HINT = 'pass its content_id to add a revision';
+        END IF;
+        INSERT INTO querylayer.content_items (site_id, slug, template_name)
+        VALUES (querylayer.ctx_site_id(), p_slug, v_template.name)
+        RETURNING * INTO v_item;
+    ELSE
+        SELECT * INTO v_item FROM querylayer.content_items WHERE id = p_content_id FOR UPDATE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no content item % on this site', p_content_id USING ERRCODE = 'QL404';
+        END IF;
+        IF v_item.archived_at IS NOT NULL THEN
+            RAISE EXCEPTION 'content item % is archived; restore it before drafting', p_content_id USING ERRCODE = 'QL422';
+        END IF;
+        IF p_template IS NOT NULL AND p_template <> v_item.template_name THEN
+            RAISE EXCEPTION 'content item % uses template %, not %', p_content_id, v_item.template_name, p_template
+                USING ERRCODE = '22023';
+        END IF;
+        IF p_slug IS NOT NULL AND p_slug <> v_item.slug THEN
+            RAISE EXCEPTION 'slug: an item''s slug cannot change (it is %)', v_item.slug USING ERRCODE = '22023';
+        END IF;
+        v_template := querylayer.newest_template(v_item.site_id, v_item.template_name);
+        PERFORM querylayer.check_draft_fields(v_template, p_fields);
+    END IF;
+    INSERT INTO querylayer.content_revisions (site_id, content_id, revision_number, template_id, fields, author_kind,
+                                              agent_id, connection_id, run_id, member_id)
+    VALUES (v_item.site_id, v_item.id,
+            coalesce((SELECT max(revision_number) FROM querylayer.content_revisions WHERE content_id = v_item.id), 0) + 1,
+            v_template.id, p_fields,
+            CASE WHEN v_member THEN 'member' ELSE 'agent' END,
+            CASE WHEN v_member THEN NULL ELSE querylayer.ctx_agent_id() END,
+            CASE WHEN v_member THEN NULL ELSE querylayer.ctx_connection_id() END,
+            CASE WHEN v_member THEN NULL ELSE p_run_id END,
+            CASE WHEN v_member THEN querylayer.ctx_member_id() END)
+    RETURNING * INTO v_rev;
+    UPDATE querylayer.content_items SET draft_revision_id = v_rev.id, updated_at = now()
+     WHERE id = v_item.id RETURNING * INTO v_item;
+    PERFORM querylayer.audit('content.draft', v_item.id::text,
+        jsonb_build_object('revision_id', v_rev.id, 'revision_number', v_rev.revision_number, 'run_id', p_run_id));
+    RETURN querylayer.content_json(v_item) || jsonb_build_object('revision_id', v_rev.id, 'revision_number', v_rev.revision_number);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.list_content(p_state text DEFAULT NULL, p_limit integer DEFAULT 50) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_principal('content:read');
+    IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
+        RAISE EXCEPTION 'state must be draft, published or archived; got %', quote_literal(p_state) USING ERRCODE = '22023';
+    END IF;
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
+    END IF;
+    RETURN (SELECT coalesce(jsonb_agg(querylayer.content_json(i) ORDER BY i.updated_at DESC, i.id), '[]')
+              FROM (SELECT * FROM querylayer.content_items c
+                     WHERE c.site_id = querylayer.ctx_site_id()
+                       AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
+                     ORDER BY c.updated_at DESC, c.id LIMIT p_limit) i);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.get_revision(p_revision_id uuid) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    PERFORM querylayer.require_principal('content:read');
+    SELECT v.*, t.name AS template_name, t.version AS template_version, i.draft_revision_id, i.published_revision_id
+      INTO r
+      FROM querylayer.content_revisions v
+      JOIN querylayer.templates t ON t.id = v.template_id
+      JOIN querylayer.content_items i ON i.id = v.content_id
+     WHERE v.id = p_revision_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no revision % on this site', p_revision_id USING ERRCODE = 'QL404';
+    END IF;
+    RETURN jsonb_build_object(
+        'revision_id', r.id, 'content_id', r.content_id, 'revision_number', r.revision_number,
+        'template', r.template_name, 'template_version', r.template_version, 'fields', r.fields,
+        'author', jsonb_build_object('kind', r.author_kind, 'agent_id', r.agent_id, 'connection_id', r.connection_id,
+                                     'run_id', r.run_id, 'member_id', r.member_id),
+        'created_at', r.created_at, 'is_draft', r.id = r.draft_revision_id,
+        'is_live', r.id IS NOT DISTINCT FROM r.published_revision_id,
+        'record_sha256', encode(r.record_sha256, 'hex'));
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION querylayer_api.create_draft, querylayer_api.list_content, querylayer_api.get_revision
+    TO querylayer_edge;
+
+-- Operators define templates; a new definition of an existing name is a new version.
+CREATE FUNCTION querylayer_api.create_template(p_site text, p_name text, p_fields jsonb) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site querylayer.sites;
+    v      querylayer.templates;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
+        RAISE EXCEPTION 'invalid template name %', coalesce(quote_literal(p_name), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO querylayer.templates (site_id, name, version, fields)
+    VALUES (v_site.id, p_name,
+            coalesce((SELECT max(version) FROM querylayer.templates WHERE site_id = v_site.id AND name = p_name), 0) + 1,
+            querylayer.check_template_fields(p_fields))
+    RETURNING * INTO v;
+    PERFORM querylayer.audit('template.create', v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
+    RETURN jsonb_build_object('template_id', v.id, 'site', v_site.slug, 'name', v.name, 'version', v.version, 'fields', v.fields);
+END
+$$;

@@ -1,0 +1,78 @@
+-- The member console: what a human does through /api/console — read proposals and runs, decide
+-- (080_proposals.sql), and manage the site's agent connections (owner and admin only) — plus
+-- the edge's audit of tool calls.
+
+CREATE FUNCTION querylayer_api.console_list_proposals(p_state text DEFAULT 'pending', p_limit integer DEFAULT 50)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_member(NULL);
+    RETURN querylayer.list_proposals(p_state, p_limit);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.console_list_connections() RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                'connection_id', c.id, 'name', c.name, 'agent', a.handle, 'prefix', c.prefix,
+                'scopes', to_jsonb(c.scopes),
+                'effective_scopes', to_jsonb(ARRAY(SELECT s FROM unnest(c.scopes) s
+                    WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
+                                   WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = s) ORDER BY s)),
+                'harness', c.harness, 'expires_at', c.expires_at,
+                'state', CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.expires_at <= now() THEN 'expired' ELSE 'active' END,
+                'created_at', c.created_at, 'revoked_at', c.revoked_at) ORDER BY c.created_at, c.id), '[]')
+              FROM querylayer.connections c JOIN querylayer.agents a ON a.id = c.agent_id
+             WHERE c.site_id = querylayer.ctx_site_id());
+END
+$$;
+
+CREATE FUNCTION querylayer_api.console_create_connection(
+    p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz, p_harness text DEFAULT 'generic'
+) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_agent querylayer.agents;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
+    RETURN querylayer.issue_connection(querylayer.ctx_site_id(), v_agent.id, p_name, p_scopes, p_expires_at,
+                                       p_harness, 'member:' || querylayer.ctx_member_id());
+END
+$$;
+
+CREATE FUNCTION querylayer_api.console_revoke_connection(p_connection_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    RETURN querylayer.revoke_credential('querylayer.connections', p_connection_id, p_reason);
+END
+$$;
+
+-- One audit row per MCP tool call: who (from the context), which tool, outcome, duration.
+-- Never argument values.
+CREATE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcome text, p_duration_ms integer,
+                                                p_error_code text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection(NULL);
+    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+        RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
+    END IF;
+    IF p_outcome IS NULL OR p_outcome NOT IN ('ok', 'error') THEN
+        RAISE EXCEPTION 'outcome must be ok or error' USING ERRCODE = '22023';
+    END IF;
+    IF p_error_code IS NOT NULL AND p_error_code !~ '^[a-z][a-z0-9_]{0,63}$' THEN
+        RAISE EXCEPTION 'error_code: a short machine code is required' USING ERRCODE = '22023';
+    END IF;
+    PERFORM querylayer.audit('tool.call', p_tool,
+        jsonb_build_object('tool', p_tool, 'duration_ms', greatest(p_duration_ms, 0), 'error_code', p_error_code),
+        p_outcome);
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals, querylayer_api.console_list_connections,
+    querylayer_api.console_create_connection, querylayer_api.console_revoke_connection,
+    querylayer_api.record_tool_call TO querylayer_edge;
