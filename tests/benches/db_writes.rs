@@ -1,0 +1,142 @@
+//! Governed writes against plain inserts, in one run on one cluster. Prints operations per
+//! second and the ratio for:
+//!   * `authenticate` + `record_artifact` (one transaction each) vs an INSERT of the same row
+//!     shape into an unguarded table (no triggers, no row-level security, no chain);
+//!   * `authenticate` + `create_draft` (a new revision of an existing item) vs an INSERT into an
+//!     unguarded table shaped like `content_revisions`.
+//! Rounds alternate between the governed and the plain path so that machine noise hits both.
+//! Run with `scripts/bench-db` (it starts a private cluster with the release build).
+
+use postgres::Client;
+use querylayer_e2e::{fingerprint, TestDb};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const ROUND: Duration = Duration::from_millis(1500);
+const ROUNDS: usize = 5;
+
+fn rate(mut op: impl FnMut(u64)) -> f64 {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < ROUND {
+        op(n);
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn compare(name: &str, mut governed: impl FnMut(u64), mut plain: impl FnMut(u64)) {
+    let (mut g, mut p) = (Vec::new(), Vec::new());
+    let mut seq = 0u64;
+    for _ in 0..ROUNDS {
+        p.push(rate(|_| {
+            seq += 1;
+            plain(seq)
+        }));
+        g.push(rate(|_| {
+            seq += 1;
+            governed(seq)
+        }));
+    }
+    let (g, p) = (median(g), median(p));
+    println!("{name:<44} governed {g:>8.0}/s   plain {p:>8.0}/s   governed/plain {:.2}", g / p);
+}
+
+fn main() {
+    let db = TestDb::new();
+    let demo = db.seed_demo();
+    let fp = fingerprint(&demo.secret);
+    let mut edge = db.edge();
+    db.superuser()
+        .batch_execute(
+            "CREATE TABLE public.plain_artifacts (LIKE querylayer.run_artifacts INCLUDING DEFAULTS);
+             CREATE UNIQUE INDEX ON public.plain_artifacts (run_id, key);
+             CREATE TABLE public.plain_revisions (LIKE querylayer.content_revisions INCLUDING DEFAULTS);
+             CREATE UNIQUE INDEX ON public.plain_revisions (content_id, revision_number);
+             GRANT ALL ON public.plain_artifacts, public.plain_revisions TO querylayer_edge;",
+        )
+        .unwrap();
+    let mut plain = db.edge();
+
+    let (run_id, content_id) = {
+        let mut tx = edge.transaction().unwrap();
+        tx.query_one("SELECT querylayer_api.authenticate($1)", &[&fp]).unwrap();
+        let run: Value = tx.query_one("SELECT querylayer_api.begin_run('bench')", &[]).unwrap().get(0);
+        let run_id = run["run_id"].as_str().unwrap().to_string();
+        let draft: Value = tx
+            .query_one(
+                "SELECT querylayer_api.create_draft($1::text::uuid, 'article', '{\"title\": \"t\", \"body\": \"b\"}', NULL, 'bench')",
+                &[&run_id],
+            )
+            .unwrap()
+            .get(0);
+        tx.commit().unwrap();
+        (run_id, draft["content_id"].as_str().unwrap().to_string())
+    };
+    let run: uuid::Uuid = run_id.parse().unwrap();
+    let content: uuid::Uuid = content_id.parse().unwrap();
+    let value = json!({"status": "ok", "words": 812});
+    let fields = json!({"title": "Benchmark", "body": "A paragraph of body text that stands in for an article."});
+    let zero = vec![0u8; 32];
+
+    let auth = edge.prepare("SELECT querylayer_api.authenticate($1)").unwrap();
+    let record = edge.prepare("SELECT querylayer_api.record_artifact($1, $2, $3)").unwrap();
+    let draft = edge
+        .prepare("SELECT querylayer_api.create_draft($1, 'article', $2, $3)")
+        .unwrap();
+    let insert_artifact = plain
+        .prepare(
+            "INSERT INTO public.plain_artifacts (site_id, run_id, key, value, affected_objects, agent_id, connection_id,
+                                                 harness, chain_seq, prev_sha256, content_sha256, record_sha256)
+             VALUES (gen_random_uuid(), $1, $2, $3, '[]', gen_random_uuid(), gen_random_uuid(), 'generic', 0, $4, $4, $4)",
+        )
+        .unwrap();
+    let insert_revision = plain
+        .prepare(
+            "INSERT INTO public.plain_revisions (site_id, content_id, revision_number, template_id, fields, author_kind,
+                                                 agent_id, connection_id, run_id, chain_seq, prev_sha256, content_sha256, record_sha256)
+             VALUES (gen_random_uuid(), $1, $2, gen_random_uuid(), $3, 'agent', gen_random_uuid(), gen_random_uuid(), $1, 0, $4, $4, $4)",
+        )
+        .unwrap();
+
+    let in_tx = |client: &mut Client, f: &mut dyn FnMut(&mut postgres::Transaction)| {
+        let mut tx = client.transaction().unwrap();
+        f(&mut tx);
+        tx.commit().unwrap();
+    };
+
+    println!("QueryLayer database benchmark (one connection, one transaction per operation, median of {ROUNDS} rounds)");
+    compare(
+        "authenticate + record_artifact vs INSERT",
+        |i| {
+            in_tx(&mut edge, &mut |tx| {
+                tx.query_one(&auth, &[&fp]).unwrap();
+                tx.query_one(&record, &[&run, &format!("k{i}"), &value]).unwrap();
+            })
+        },
+        |i| {
+            in_tx(&mut plain, &mut |tx| {
+                tx.execute(&insert_artifact, &[&run, &format!("k{i}"), &value, &zero]).unwrap();
+            })
+        },
+    );
+    compare(
+        "authenticate + create_draft vs INSERT",
+        |_| {
+            in_tx(&mut edge, &mut |tx| {
+                tx.query_one(&auth, &[&fp]).unwrap();
+                tx.query_one(&draft, &[&run, &fields, &content]).unwrap();
+            })
+        },
+        |i| {
+            in_tx(&mut plain, &mut |tx| {
+                tx.execute(&insert_revision, &[&content, &(i as i32), &fields, &zero]).unwrap();
+            })
+        },
+    );
+}
