@@ -28,6 +28,7 @@ CREATE TABLE querylayer.connections (
     prefix          text NOT NULL,
     scopes          text[] NOT NULL CHECK (cardinality(scopes) > 0),
     harness         text NOT NULL DEFAULT 'generic' CHECK (harness ~ '^[a-z0-9][a-z0-9._-]{0,39}$'),
+    did             text,
     expires_at      timestamptz NOT NULL,
     revoked_at      timestamptz,
     revoked_reason  text,
@@ -130,9 +131,11 @@ END
 $$;
 
 -- Issues a connection and returns its secret. The only place a connection secret exists.
+-- With p_did the connection is also bound to that did:key (signed envelopes act as it); with
+-- p_secret false it has no secret at all and only envelopes from that key act as it.
 CREATE FUNCTION querylayer.issue_connection(
     p_site_id uuid, p_agent_id uuid, p_name text, p_scopes text[], p_expires_at timestamptz,
-    p_harness text, p_created_by text
+    p_harness text, p_created_by text, p_did text DEFAULT NULL, p_secret boolean DEFAULT true
 ) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -141,25 +144,46 @@ DECLARE
     v_new  record;
 BEGIN
     SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
+    IF p_did IS NOT NULL AND NOT querylayer.did_key_valid(p_did) THEN
+        RAISE EXCEPTION 'did: % is not an Ed25519 did:key (did:key:z6Mk…)', quote_literal(p_did) USING ERRCODE = '22023';
+    END IF;
+    IF p_did IS NULL AND NOT coalesce(p_secret, true) THEN
+        RAISE EXCEPTION 'a connection needs a secret, a did:key, or both' USING ERRCODE = '22023';
+    END IF;
+    IF p_did IS NOT NULL AND querylayer.did_key_in_use(p_did) THEN
+        RAISE EXCEPTION 'did:key % is bound to a live connection', p_did USING ERRCODE = 'QL409',
+            HINT = 'revoke that connection first, or bind another key';
+    END IF;
     IF EXISTS (SELECT 1 FROM querylayer.connections
                 WHERE site_id = p_site_id AND name = p_name AND revoked_at IS NULL) THEN
         RAISE EXCEPTION 'a live connection named % already exists on this site', quote_literal(p_name)
             USING ERRCODE = 'QL409', HINT = 'revoke it first or choose another name';
     END IF;
-    SELECT * INTO v_new FROM querylayer.new_secret('qlc');
+    IF coalesce(p_secret, true) THEN
+        SELECT * INTO v_new FROM querylayer.new_secret('qlc');
+    ELSE
+        SELECT NULL::text AS secret, NULL::bytea AS fingerprint, '(did:key only)'::text AS prefix INTO v_new;
+    END IF;
     INSERT INTO querylayer.connections (site_id, organization_id, agent_id, name, prefix, scopes,
-                                        harness, expires_at, created_by)
+                                        harness, did, expires_at, created_by)
     VALUES (p_site_id, v_site.organization_id, p_agent_id, p_name, v_new.prefix, p_scopes,
-            coalesce(p_harness, 'generic'), querylayer.check_expiry(p_expires_at), p_created_by)
+            coalesce(p_harness, 'generic'), p_did, querylayer.check_expiry(p_expires_at), p_created_by)
     RETURNING * INTO v_conn;
-    INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
-    VALUES (v_new.fingerprint, 'connection', v_conn.id, v_conn.site_id, v_conn.organization_id);
+    IF v_new.fingerprint IS NOT NULL THEN
+        INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
+        VALUES (v_new.fingerprint, 'connection', v_conn.id, v_conn.site_id, v_conn.organization_id);
+    END IF;
+    IF p_did IS NOT NULL THEN
+        INSERT INTO querylayer.did_bindings (connection_id, did, did_sha256, site_id, organization_id)
+        VALUES (v_conn.id, p_did, querylayer.did_key_sha256(p_did), v_conn.site_id, v_conn.organization_id);
+    END IF;
     PERFORM querylayer.audit('connection.create', v_conn.id::text,
         jsonb_build_object('name', v_conn.name, 'agent_id', v_conn.agent_id, 'scopes', v_conn.scopes,
-                           'expires_at', v_conn.expires_at, 'harness', v_conn.harness));
+                           'expires_at', v_conn.expires_at, 'harness', v_conn.harness, 'did', v_conn.did));
     RETURN jsonb_build_object(
         'connection_id', v_conn.id,
         'secret', v_new.secret,
+        'did', v_conn.did,
         'prefix', v_conn.prefix,
         'name', v_conn.name,
         'site', v_site.slug,

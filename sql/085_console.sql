@@ -16,7 +16,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                'connection_id', c.id, 'name', c.name, 'agent', a.handle, 'prefix', c.prefix,
+                'connection_id', c.id, 'name', c.name, 'agent', a.handle, 'prefix', c.prefix, 'did', c.did,
                 'scopes', to_jsonb(c.scopes),
                 'effective_scopes', to_jsonb(ARRAY(SELECT s FROM unnest(c.scopes) s
                     WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
@@ -30,7 +30,8 @@ END
 $$;
 
 CREATE FUNCTION querylayer_api.console_create_connection(
-    p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz, p_harness text DEFAULT 'generic'
+    p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz, p_harness text DEFAULT 'generic',
+    p_did text DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -39,7 +40,7 @@ BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
     v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
     RETURN querylayer.issue_connection(querylayer.ctx_site_id(), v_agent.id, p_name, p_scopes, p_expires_at,
-                                       p_harness, 'member:' || querylayer.ctx_member_id());
+                                       p_harness, 'member:' || querylayer.ctx_member_id(), p_did);
 END
 $$;
 

@@ -229,7 +229,7 @@ $$;
 -- nowhere else; store it now.
 CREATE FUNCTION querylayer_api.create_connection(
     p_site text, p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz,
-    p_harness text DEFAULT 'generic'
+    p_harness text DEFAULT 'generic', p_did text DEFAULT NULL, p_secret boolean DEFAULT true
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -241,7 +241,7 @@ BEGIN
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_connection(v_site.id, v_agent.id, p_name, p_scopes, p_expires_at, p_harness,
-                                       'operator:' || querylayer.outer_user());
+                                       'operator:' || querylayer.outer_user(), p_did, p_secret);
 END
 $$;
 
@@ -296,7 +296,7 @@ $$;
 
 -- Lists a site's connections: never a secret, never a fingerprint.
 CREATE FUNCTION querylayer_api.list_connections(p_site text)
-RETURNS TABLE (connection_id uuid, name text, agent text, prefix text, scopes text[], effective_scopes text[],
+RETURNS TABLE (connection_id uuid, name text, agent text, prefix text, did text, scopes text[], effective_scopes text[],
                harness text, expires_at timestamptz, state text, created_at timestamptz, revoked_at timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -306,7 +306,7 @@ BEGIN
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN QUERY
-    SELECT c.id, c.name, a.handle, c.prefix, c.scopes,
+    SELECT c.id, c.name, a.handle, c.prefix, c.did, c.scopes,
            ARRAY(SELECT s FROM unnest(c.scopes) s
                   WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
                                  WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = s) ORDER BY s),

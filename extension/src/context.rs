@@ -231,11 +231,14 @@ fn enter_operator(site: Option<Uuid>) {
 // ---------------------------------------------------------------------------------------------
 // Authentication.
 
-/// The kinds of credential a fingerprint can belong to (`querylayer.credentials.kind`).
+/// The kinds of credential a fingerprint can belong to. Connections and member tokens are
+/// found by the SHA-256 of their secret (`querylayer.credentials`); a did:key bound to a
+/// connection by the SHA-256 of the DID (`querylayer.did_bindings`, newest binding wins).
 #[derive(Clone, Copy)]
 pub enum Credential {
     Connection,
     MemberToken,
+    DidKey,
 }
 
 impl Credential {
@@ -243,18 +246,35 @@ impl Credential {
         match self {
             Credential::Connection => "connection",
             Credential::MemberToken => "member_token",
+            Credential::DidKey => "did_key",
+        }
+    }
+    fn lookup(self) -> &'static str {
+        match self {
+            Credential::Connection => {
+                "SELECT subject_id, site_id, organization_id FROM querylayer.credentials
+                  WHERE fingerprint = $1 AND kind = 'connection'"
+            }
+            Credential::MemberToken => {
+                "SELECT subject_id, site_id, organization_id FROM querylayer.credentials
+                  WHERE fingerprint = $1 AND kind = 'member_token'"
+            }
+            Credential::DidKey => {
+                "SELECT connection_id, site_id, organization_id FROM querylayer.did_bindings
+                  WHERE did_sha256 = $1 ORDER BY bound_at DESC LIMIT 1"
+            }
         }
     }
     fn resolver(self) -> &'static str {
         match self {
-            Credential::Connection => "SELECT querylayer.resolve_connection($1)",
+            Credential::Connection | Credential::DidKey => "SELECT querylayer.resolve_connection($1)",
             Credential::MemberToken => "SELECT querylayer.resolve_member_token($1)",
         }
     }
 }
 
 /// The outcome of resolving a credential, before anything is granted.
-enum Resolution {
+pub(crate) enum Resolution {
     Live(Value),
     Dead { reason: String, subject: Option<Uuid>, site: Option<Uuid> },
 }
@@ -274,18 +294,13 @@ fn uuid_field(v: &Value, key: &str) -> Option<Uuid> {
 
 /// Looks the fingerprint up and asks SQL whether its subject is live. Leaves a `Resolving`
 /// context behind; callers replace or clear it.
-fn resolve(credential: Credential, fingerprint: &[u8]) -> Resolution {
+pub(crate) fn resolve(credential: Credential, fingerprint: &[u8]) -> Resolution {
     if fingerprint.len() != 32 {
         return Resolution::Dead { reason: "malformed".into(), subject: None, site: None };
     }
     PRESENTED.with(|p| *p.borrow_mut() = Some(fingerprint.to_vec()));
     let found: Option<(Uuid, Uuid, Uuid)> = Spi::connect(|client| {
-        let rows = client.select(
-            "SELECT subject_id, site_id, organization_id FROM querylayer.credentials
-              WHERE fingerprint = $1 AND kind = $2",
-            Some(1),
-            &[fingerprint.into(), credential.kind().into()],
-        )?;
+        let rows = client.select(credential.lookup(), Some(1), &[fingerprint.into()])?;
         if rows.is_empty() {
             return Ok(None);
         }
@@ -326,7 +341,7 @@ fn resolve(credential: Credential, fingerprint: &[u8]) -> Resolution {
 /// One principal per transaction: once a connection or member acts, a second authentication in
 /// the same transaction is refused, except for operators (a DBA in psql may act as several
 /// principals in turn). Replacing an operator context can only narrow what the transaction sees.
-fn refuse_if_established() {
+pub(crate) fn refuse_if_established() {
     let acting = with_context(|c| matches!(c.kind, Kind::Connection | Kind::Member)).unwrap_or(false);
     if acting && !outer_user_is_operator() {
         ereport!(
@@ -350,10 +365,14 @@ fn authentication_failed(credential: Credential, reason: &str, subject: Option<U
 
 pub fn authenticate(credential: Credential, fingerprint: &[u8]) -> JsonB {
     refuse_if_established();
-    let verdict = match resolve(credential, fingerprint) {
-        Resolution::Live(v) => v,
+    match resolve(credential, fingerprint) {
+        Resolution::Live(v) => establish(credential, v),
         Resolution::Dead { reason, subject, .. } => authentication_failed(credential, &reason, subject),
-    };
+    }
+}
+
+/// Holds the context a live resolution describes; returns it without the internal fields.
+pub(crate) fn establish(credential: Credential, verdict: Value) -> JsonB {
     let scopes = verdict
         .get("scopes")
         .and_then(Value::as_array)
@@ -361,7 +380,7 @@ pub fn authenticate(credential: Credential, fingerprint: &[u8]) -> JsonB {
         .unwrap_or_default();
     set(RequestContext {
         kind: match credential {
-            Credential::Connection => Kind::Connection,
+            Credential::Connection | Credential::DidKey => Kind::Connection,
             Credential::MemberToken => Kind::Member,
         },
         lxid: current_lxid(),
@@ -379,6 +398,14 @@ pub fn authenticate(credential: Credential, fingerprint: &[u8]) -> JsonB {
         obj.remove("ok");
     }
     JsonB(public)
+}
+
+/// Whether a did:key is bound to a live connection, without disturbing the caller's context.
+pub(crate) fn did_key_is_live(did_sha256: &[u8]) -> bool {
+    let saved = CONTEXT.with(|c| c.borrow().clone());
+    let live = matches!(resolve(Credential::DidKey, did_sha256), Resolution::Live(_));
+    CONTEXT.with(|c| *c.borrow_mut() = saved);
+    live
 }
 
 /// Classifies a credential that failed to authenticate and appends an audit record for it.

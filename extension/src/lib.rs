@@ -4,6 +4,7 @@
 use pgrx::prelude::*;
 
 mod context;
+mod envelopes;
 mod lifecycle;
 mod secrets;
 
@@ -38,7 +39,11 @@ extension_sql_file!(
         context::enter_operator,
         secrets::new_secret,
         lifecycle::lifecycle_mark,
-        lifecycle::execute_decision
+        lifecycle::execute_decision,
+        envelopes::did_key_valid,
+        envelopes::did_key_sha256,
+        envelopes::did_key_in_use,
+        envelopes::canonical_sha256
     ]
 );
 extension_sql_file!("../../sql/020_ledger.sql", name = "ledger", requires = ["context"]);
@@ -50,6 +55,7 @@ extension_sql_file!("../../sql/070_content.sql", name = "content", requires = ["
 extension_sql_file!("../../sql/080_proposals.sql", name = "proposals", requires = ["content"]);
 extension_sql_file!("../../sql/085_console.sql", name = "console", requires = ["proposals"]);
 extension_sql_file!("../../sql/090_operators.sql", name = "operators", requires = ["console"]);
+extension_sql_file!("../../sql/095_envelopes.sql", name = "envelopes", requires = ["operators"]);
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -588,4 +588,109 @@ mod tests {
         ));
         assert_eq!(risk, "high");
     }
+
+    // ---------------------------------------------------------------------------------------
+    // Envelope authentication (/v1).
+
+    fn envelope_vectors() -> Value {
+        serde_json::from_str(include_str!("../../docs/envelope-vectors.json")).unwrap()
+    }
+
+    fn authenticate_envelope(header: &str, method: &str, path: &str, body: &str) -> Value {
+        json(&format!(
+            "SELECT querylayer_api.authenticate_envelope({}, '{method}', '{path}', sha256(convert_to({}, 'UTF8')))",
+            pgrx::spi::quote_literal(header),
+            pgrx::spi::quote_literal(body)
+        ))
+    }
+
+    fn bind(did: &str) {
+        demo_secret();
+        Spi::run(&format!(
+            "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'key', '{{content:read,site:read}}',
+               now() + interval '1 hour', 'generic', '{did}', false)"
+        ))
+        .unwrap();
+    }
+
+    fn now_rfc3339(offset_seconds: i64) -> String {
+        text(&format!(
+            "SELECT to_char((clock_timestamp() + interval '{offset_seconds} seconds') AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+        ))
+    }
+
+    fn mint_v2(created_at: &str, nonce: &str) -> (String, String) {
+        use querylayer_envelope::{canonical, Envelope, Signer};
+        let signer = Signer::from_seed_bytes(b"pg-test-key");
+        let body = r#"{"question": "q"}"#;
+        let payload = serde_json::json!({"bodySha256": canonical::sha256_hex(body.as_bytes())});
+        let env = Envelope::mint_v2(&signer, "did:web:qg-server", "invoke", "/v1/answer", &payload, "POST", created_at, nonce);
+        (env.to_header_json(), signer.did_key())
+    }
+
+    #[pg_test]
+    fn an_unbound_key_is_refused_and_a_bound_key_acts_as_its_connection() {
+        let v = &envelope_vectors()["v1"][1];
+        let (header, path, body) = (v["header"].as_str().unwrap(), v["path"].as_str().unwrap(), v["body_utf8"].as_str().unwrap());
+        let refused = authenticate_envelope(header, "POST", path, body);
+        assert_eq!(refused["allowed"], false);
+        assert_eq!(refused["error"], "envelope auth failed");
+        assert_eq!(refused["checks"]["signatureValid"], true);
+        assert_eq!(refused["checks"]["keyBound"], false);
+        assert_eq!(refused["contract"]["header"], "x-qg-envelope");
+
+        bind(v["did_key"].as_str().unwrap());
+        let allowed = authenticate_envelope(header, "POST", path, body);
+        assert_eq!(allowed["allowed"], true, "{allowed}");
+        assert_eq!(allowed["context"]["site"], "demo");
+        let site = json("SELECT querylayer_api.site_context()");
+        assert_eq!(site["connection"]["name"], "key");
+
+        let elsewhere = authenticate_envelope(header, "POST", "/v1/models/import/osi", body);
+        assert_eq!(elsewhere["checks"]["resourceBoundToPath"], false);
+        let swapped = authenticate_envelope(header, "POST", path, "{}");
+        assert_eq!(swapped["checks"]["bodyBound"], false);
+        let missing = json("SELECT querylayer_api.authenticate_envelope(NULL, 'POST', '/v1/answer', sha256(''::bytea))");
+        assert_eq!(missing["error"], "missing x-qg-envelope header");
+        assert_eq!(missing["checks"], Value::Null);
+        let receipts = Spi::get_one::<i64>("SELECT count(*) FROM querylayer.envelope_receipts").unwrap().unwrap();
+        assert_eq!(receipts, 5, "every decision is a receipt");
+    }
+
+    #[pg_test]
+    fn v2_refuses_replays_and_stale_envelopes() {
+        let (fresh, did) = mint_v2(&now_rfc3339(0), "nonce-aaaaaaaaaaaaaaaa");
+        bind(&did);
+        let body = r#"{"question": "q"}"#;
+        assert_eq!(authenticate_envelope(&fresh, "POST", "/v1/answer", body)["allowed"], true);
+        let replay = authenticate_envelope(&fresh, "POST", "/v1/answer", body);
+        assert_eq!(replay["allowed"], false);
+        assert_eq!(replay["checks"]["nonceUnused"], false);
+        let (stale, _) = mint_v2(&now_rfc3339(-3600), "nonce-bbbbbbbbbbbbbbbb");
+        let refused = authenticate_envelope(&stale, "POST", "/v1/answer", body);
+        assert_eq!(refused["checks"]["fresh"], false);
+        let (other, _) = mint_v2(&now_rfc3339(0), "nonce-cccccccccccccccc");
+        assert_eq!(authenticate_envelope(&other, "PUT", "/v1/answer", body)["checks"]["methodBound"], false);
+    }
+
+    #[pg_test]
+    fn operators_can_require_v2() {
+        let v = &envelope_vectors()["v1"][1];
+        bind(v["did_key"].as_str().unwrap());
+        Spi::run("SELECT querylayer_api.set_setting('envelope_require_v2', 'true')").unwrap();
+        let refused = authenticate_envelope(v["header"].as_str().unwrap(), "POST", v["path"].as_str().unwrap(), v["body_utf8"].as_str().unwrap());
+        assert_eq!(refused["checks"]["profileAccepted"], false);
+        assert_eq!(refused["allowed"], false);
+    }
+
+    #[pg_test]
+    fn a_live_binding_cannot_be_taken_by_another_connection() {
+        let v = &envelope_vectors()["v1"][1];
+        let did = v["did_key"].as_str().unwrap();
+        bind(did);
+        expect_sqlstate(
+            &format!("SELECT querylayer_api.create_connection('demo', 'demo-agent', 'key2', '{{site:read}}', now() + interval '1 hour', 'generic', '{did}')"),
+            "QL409",
+        );
+    }
 }

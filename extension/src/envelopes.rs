@@ -1,0 +1,172 @@
+//! Envelope authentication for the governed `/v1` routes, where authority lives: the edge hands
+//! over the `x-qg-envelope` header, the method, the path and the SHA-256 of the body; the checks,
+//! the replay record, the binding of the key to a connection and the receipt all happen here.
+//! The format and the checks are the `querylayer-envelope` crate's (docs/envelope.md).
+
+use crate::context::{self, Credential, Resolution};
+use pgrx::prelude::*;
+use pgrx::JsonB;
+use querylayer_envelope::{canonical, didkey, Envelope, Profile, RequestFacts};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// The contract a refusal teaches, as the seed shows it.
+fn contract(server_did: &str) -> Value {
+    json!({
+        "header": "x-qg-envelope",
+        "recipient": server_did,
+        "action": "invoke",
+        "resource": "<request path>",
+        "payload": {"bodySha256": "<sha256 hex of request body>"},
+        "signature": "ed25519 over querygraph-typedid-signing-v1 (or -v2, which also binds method, created_at and nonce)",
+    })
+}
+
+struct Settings {
+    server_did: String,
+    require_v2: bool,
+    freshness_seconds: i64,
+    now: i64,
+}
+
+fn settings() -> Settings {
+    let v = Spi::get_one::<JsonB>("SELECT querylayer.envelope_settings()")
+        .unwrap_or_else(|e| error!("querylayer: cannot read envelope settings: {e}"))
+        .map(|j| j.0)
+        .unwrap_or(Value::Null);
+    Settings {
+        server_did: v["server_did"].as_str().unwrap_or("did:web:qg-server").to_string(),
+        require_v2: v["require_v2"].as_bool().unwrap_or(false),
+        freshness_seconds: v["freshness_seconds"].as_i64().unwrap_or(300),
+        now: v["now"].as_i64().unwrap_or(0),
+    }
+}
+
+fn did_sha256(did: &str) -> Vec<u8> {
+    Sha256::digest(did.as_bytes()).to_vec()
+}
+
+/// Records the receipt (append-only) and returns it.
+fn receipt(mut body: Value) -> JsonB {
+    Spi::run_with_args("SELECT querylayer.record_envelope_receipt($1)", &[JsonB(body.clone()).into()])
+        .unwrap_or_else(|e| error!("querylayer: could not record the envelope receipt: {e}"));
+    if let Some(obj) = body.as_object_mut() {
+        obj.remove("connection_id");
+    }
+    JsonB(body)
+}
+
+/// Verifies an envelope for one request. Allowed: the transaction now acts as the connection the
+/// sender's key is bound to, and the receipt carries that context. Denied: nothing is held, and
+/// the receipt says which checks failed. Either way the decision is recorded.
+pub fn authenticate(header: Option<&str>, method: &str, path: &str, body_sha256: &[u8]) -> JsonB {
+    context::refuse_if_established();
+    let s = settings();
+    let denied = |error: String, checks: Value, profile: Value, sender: Value, connection: Value| {
+        context::clear();
+        receipt(json!({
+            "error": error, "allowed": false, "path": path, "method": method, "profile": profile, "sender": sender,
+            "checks": checks, "contract": contract(&s.server_did), "connection_id": connection,
+        }))
+    };
+    let header = match header.map(str::trim) {
+        Some(h) if !h.is_empty() => h,
+        _ => return denied("missing x-qg-envelope header".into(), Value::Null, Value::Null, Value::Null, Value::Null),
+    };
+    let envelope = match Envelope::parse(header) {
+        Ok(e) => e,
+        Err(e) => return denied(format!("unparseable envelope: {e}"), Value::Null, Value::Null, Value::Null, Value::Null),
+    };
+    let body_hex = hex::encode(body_sha256);
+    let facts = RequestFacts {
+        method,
+        path,
+        body_sha256: &body_hex,
+        server_did: &s.server_did,
+        now: s.now,
+        freshness_seconds: s.freshness_seconds,
+        require_v2: s.require_v2,
+    };
+    let mut checks = envelope.check(&facts);
+    let v2 = envelope.signing_profile() == Profile::V2;
+
+    // The key must be bound to a live connection. Resolution leaves a provisional context.
+    let resolution = if didkey::is_ed25519_did_key(&envelope.sender) {
+        context::resolve(Credential::DidKey, &did_sha256(&envelope.sender))
+    } else {
+        Resolution::Dead { reason: "malformed".into(), subject: None, site: None }
+    };
+    let (verdict, connection) = match resolution {
+        Resolution::Live(v) => {
+            let id = v["connection_id"].clone();
+            (Some(v), id)
+        }
+        Resolution::Dead { subject, .. } => (None, subject.map(|u| Value::String(u.to_string())).unwrap_or(Value::Null)),
+    };
+    checks.push("keyBound", verdict.is_some());
+
+    // A nonce is spent only by an envelope that passed everything else.
+    if v2 {
+        let unused = checks.all_passed()
+            && Spi::get_one_with_args::<bool>(
+                "SELECT querylayer.spend_nonce($1, $2, $3)",
+                &[envelope.sender.as_str().into(), envelope.nonce.as_deref().unwrap_or("").into(), s.freshness_seconds.into()],
+            )
+            .unwrap_or_else(|e| error!("querylayer: nonce check failed: {e}"))
+            .unwrap_or(false);
+        checks.push("nonceUnused", unused);
+    }
+
+    let profile = Value::String(envelope.signing_profile().as_str().into());
+    let sender = Value::String(envelope.sender.clone());
+    match verdict {
+        Some(verdict) if checks.all_passed() => {
+            let held = context::establish(Credential::DidKey, verdict).0;
+            receipt(json!({
+                "allowed": true, "path": path, "method": method, "profile": profile, "sender": sender,
+                "checks": checks.to_json(), "connection_id": connection, "context": held,
+            }))
+        }
+        _ => denied("envelope auth failed".into(), checks.to_json(), profile, sender, connection),
+    }
+}
+
+/// True for a well-formed Ed25519 did:key.
+#[pg_extern(immutable, parallel_safe)]
+fn did_key_valid(did: &str) -> bool {
+    didkey::is_ed25519_did_key(did)
+}
+
+/// The lookup key of a did:key binding.
+#[pg_extern(immutable, parallel_safe)]
+fn did_key_sha256(did: &str) -> Vec<u8> {
+    did_sha256(did)
+}
+
+/// True when the did:key is bound to a connection that is live now (on any site).
+#[pg_extern(volatile, parallel_unsafe)]
+fn did_key_in_use(did: &str) -> bool {
+    context::did_key_is_live(&did_sha256(did))
+}
+
+/// The canonical JSON text of a jsonb value and its SHA-256, as envelopes hash payloads.
+#[pg_extern(immutable, parallel_safe)]
+fn canonical_sha256(value: JsonB) -> String {
+    canonical::sha256_hex(canonical::canonical_json_value(&value.0).as_bytes())
+}
+
+#[pg_schema]
+mod querylayer_api {
+    use pgrx::prelude::*;
+    use pgrx::JsonB;
+
+    /// Verifies the `x-qg-envelope` header of one `/v1` request (method, exact path, SHA-256 of
+    /// the exact body) and, when every check passes, holds the bound connection's context for
+    /// this transaction. Never raises for a bad envelope: it returns (and records) the receipt.
+    /// SECURITY DEFINER: reads the private bindings, nonces and settings; writes receipts.
+    #[pg_extern(security_definer, volatile, parallel_unsafe)]
+    #[search_path(pg_catalog, pg_temp)]
+    fn authenticate_envelope(header: Option<&str>, method: &str, path: &str, body_sha256: &[u8]) -> JsonB {
+        super::authenticate(header, method, path, body_sha256)
+    }
+}
