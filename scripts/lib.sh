@@ -64,3 +64,12 @@ stop_cluster() {
     [ -f "$dir/data/postmaster.pid" ] && sudo -u postgres "$PG_BIN/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1
     true
 }
+
+# A virtual environment for the Python test clients (tests/.venv), with the requirements of each
+# file given (pip skips what is already there).
+python_env() {
+    local venv="$ROOT/tests/.venv"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "$@" >/dev/null
+    echo "$venv/bin/python"
+}
