@@ -56,6 +56,7 @@ extension_sql_file!("../../sql/080_proposals.sql", name = "proposals", requires 
 extension_sql_file!("../../sql/085_console.sql", name = "console", requires = ["proposals"]);
 extension_sql_file!("../../sql/090_operators.sql", name = "operators", requires = ["console"]);
 extension_sql_file!("../../sql/095_envelopes.sql", name = "envelopes", requires = ["operators"]);
+extension_sql_file!("../../sql/110_console_tasks.sql", name = "console_tasks", requires = ["envelopes"]);
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -693,4 +693,146 @@ mod tests {
             "QL409",
         );
     }
+
+    // ---------------------------------------------------------------------------------------
+    // Agent Console and task plans.
+
+    /// The demo with a registered Hermes session and a conversation holding one queued turn.
+    /// Returns (site, conversation_id, turn_id).
+    fn console_turn(session: &str) -> (Site, String, String) {
+        let site = content_site();
+        as_member(&site.owner_token);
+        json(&format!("SELECT querylayer_api.console_register_session('demo-profile-0001', '{session}')"));
+        let conv = json(&format!("SELECT querylayer_api.console_open_conversation('demo-profile-0001', '{session}', 'Pricing page')"));
+        let conv_id = conv["conversation_id"].as_str().unwrap().to_string();
+        let turn = json(&format!("SELECT querylayer_api.console_add_turn('{conv_id}', 'Draft, revise and publish a pricing page')"));
+        (site, conv_id, turn["turn_id"].as_str().unwrap().to_string())
+    }
+
+    const THREE_STEPS: &str = r#"[
+        {"key": "draft", "operation": "draft", "instructions": "Draft the page"},
+        {"key": "revise", "operation": "revision", "instructions": "Propose the revision", "depends_on": ["draft"]},
+        {"key": "publish", "operation": "publish", "instructions": "Request publishing", "depends_on": ["revise"]}
+    ]"#;
+
+    #[pg_test]
+    fn the_deep_link_is_the_seed_form_and_survives_a_rename() {
+        let (site, conv, _) = console_turn("sess-1");
+        let link = json(&format!("SELECT querylayer_api.console_conversation_link('{conv}')"));
+        assert_eq!(link["link"], "hermes://sessions/sess-1?profile_id=demo-profile-0001");
+        Spi::run("SELECT querylayer_api.rename_agent_profile('demo-profile-0001', 'Renamed')").unwrap();
+        as_member(&site.owner_token);
+        let again = json(&format!("SELECT querylayer_api.console_conversation_link('{conv}')"));
+        assert_eq!(again["link"], link["link"]);
+        json("SELECT querylayer_api.console_end_session('sess-1', 'deleted in Hermes')");
+        expect_sqlstate(&format!("SELECT querylayer_api.console_conversation_link('{conv}')"), "QL422");
+    }
+
+    #[pg_test]
+    fn a_plan_hands_out_one_ready_step_at_a_time_and_waits_for_approval() {
+        let (site, _, turn) = console_turn("sess-2");
+        authenticate(&site.secret);
+        let claimed = json("SELECT querylayer_api.claim_console_task()");
+        assert_eq!(claimed["turn"]["turn_id"], turn.as_str());
+        let plan = json(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-2', 'Publish a pricing page', '{THREE_STEPS}')"
+        ));
+        assert_eq!(plan["step"]["key"], "draft");
+        assert_eq!(plan["plan"]["steps"][2]["risk"], "high");
+        // Step 1: a draft inside a run.
+        let run = json("SELECT querylayer_api.begin_run('console.step')");
+        let run_id = run["run_id"].as_str().unwrap().to_string();
+        let d = json(&format!(
+            "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"Pricing\", \"body\": \"v1\"}}', NULL, 'pricing')"
+        ));
+        let content_id = d["content_id"].as_str().unwrap().to_string();
+        let step1 = plan["step"]["step_id"].as_str().unwrap();
+        let next = json(&format!(
+            "SELECT querylayer_api.complete_console_task('{turn}', 'succeeded', 'sess-2', '{step1}', 'drafted', ARRAY['{run_id}']::uuid[])"
+        ));
+        assert_eq!(next["step"]["key"], "revise");
+        // Step 2: a revision proposal; the plan waits for the decision.
+        let rev = redraft(&run_id, &content_id);
+        let proposal = json(&format!(
+            "SELECT querylayer_api.create_proposal('{run_id}', 'revision', '{{\"content_id\": \"{content_id}\", \"revision_id\": \"{rev}\"}}')"
+        ))["proposal_id"].as_str().unwrap().to_string();
+        let step2 = next["step"]["step_id"].as_str().unwrap();
+        let waiting = json(&format!(
+            "SELECT querylayer_api.complete_console_task('{turn}', 'succeeded', 'sess-2', '{step2}', 'proposed', ARRAY['{run_id}']::uuid[], ARRAY['{proposal}']::uuid[])"
+        ));
+        assert_eq!(waiting["status"], "awaiting_approval");
+        assert_eq!(json(&format!("SELECT querylayer_api.claim_console_task('sess-2', '{turn}')"))["status"], "awaiting_approval");
+        as_member(&site.owner_token);
+        json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"));
+        authenticate(&site.secret);
+        let step3 = json(&format!("SELECT querylayer_api.claim_console_task('sess-2', '{turn}')"));
+        assert_eq!(step3["step"]["key"], "publish");
+        // Step 3: a publish request. Nothing is live until a member approves it.
+        let publish = request_publish(&run_id, &content_id, &rev);
+        let step3_id = step3["step"]["step_id"].as_str().unwrap();
+        json(&format!(
+            "SELECT querylayer_api.complete_console_task('{turn}', 'succeeded', 'sess-2', '{step3_id}', 'requested', ARRAY['{run_id}']::uuid[], ARRAY['{publish}']::uuid[])"
+        ));
+        assert_eq!(live_pointer(&content_id), None, "a plan never publishes by itself");
+        as_member(&site.owner_token);
+        json(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'approve')"));
+        assert_eq!(live_pointer(&content_id), Some(rev));
+        authenticate(&site.secret);
+        assert_eq!(json(&format!("SELECT querylayer_api.claim_console_task('sess-2', '{turn}')"))["status"], "completed");
+        let done = json(&format!("SELECT querylayer_api.complete_console_task('{turn}', 'completed', 'sess-2', NULL, 'published')"));
+        assert_eq!(done["turn"]["state"], "completed");
+    }
+
+    #[pg_test]
+    fn a_step_failing_three_times_ends_failed_after_two_retries_and_its_dependents_never_start() {
+        let (site, _, turn) = console_turn("sess-3");
+        authenticate(&site.secret);
+        json("SELECT querylayer_api.claim_console_task()");
+        let mut state = json(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-3', 'Analyse', '[
+               {{\"key\": \"a\", \"operation\": \"analysis\", \"instructions\": \"try\"}},
+               {{\"key\": \"b\", \"operation\": \"analysis\", \"instructions\": \"after\", \"depends_on\": [\"a\"]}}]')"
+        ));
+        for attempt in 0..3 {
+            assert_eq!(state["step"]["key"], "a", "attempt {attempt}: {state}");
+            assert_eq!(state["step"]["retry_count"], attempt);
+            let step = state["step"]["step_id"].as_str().unwrap().to_string();
+            state = json(&format!("SELECT querylayer_api.complete_console_task('{turn}', 'failed', 'sess-3', '{step}', 'boom')"));
+        }
+        assert_eq!(state["status"], "failed");
+        assert_eq!(state["plan"]["steps"][0]["state"], "failed");
+        assert_eq!(state["plan"]["steps"][0]["retry_count"], 2);
+        assert_eq!(state["plan"]["steps"][1]["state"], "cancelled");
+    }
+
+    #[pg_test]
+    fn plans_refuse_unknown_dependencies_and_cycles() {
+        let (site, _, turn) = console_turn("sess-4");
+        authenticate(&site.secret);
+        json("SELECT querylayer_api.claim_console_task()");
+        expect_sqlstate(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-4', 'g', '[{{\"key\": \"a\", \"operation\": \"analysis\", \"instructions\": \"x\", \"depends_on\": [\"zz\"]}}]')"
+        ), "22023");
+        expect_sqlstate(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-4', 'g', '[
+               {{\"key\": \"a\", \"operation\": \"analysis\", \"instructions\": \"x\", \"depends_on\": [\"b\"]}},
+               {{\"key\": \"b\", \"operation\": \"analysis\", \"instructions\": \"y\", \"depends_on\": [\"a\"]}}]')"
+        ), "22023");
+        // Another session cannot plan this turn.
+        expect_sqlstate(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'other', 'g', '[{{\"key\": \"a\", \"operation\": \"analysis\", \"instructions\": \"x\"}}]')"
+        ), "QL403");
+    }
+
+    #[pg_test]
+    fn a_missing_session_fails_the_turn_closed() {
+        let (site, _, turn) = console_turn("sess-5");
+        as_member(&site.owner_token);
+        json("SELECT querylayer_api.console_end_session('sess-5', 'missing')");
+        authenticate(&site.secret);
+        let claim = json("SELECT querylayer_api.claim_console_task()");
+        assert_eq!(claim["status"], "idle");
+        assert_eq!(claim["closed"][0]["turn_id"], turn.as_str());
+        assert_eq!(claim["closed"][0]["reason"], "session sess-5 is missing or ended");
+    }
 }
