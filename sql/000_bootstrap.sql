@@ -4,6 +4,8 @@
 --                   so row-level security (FORCEd) still applies inside the governed functions.
 -- querylayer_edge   the runtime role of the edge: EXECUTE on the agent-facing functions of
 --                   querylayer_api, nothing else. Operators give it LOGIN and a password.
+-- querylayer_worker the background worker (`querylayer worker`): EXECUTE on the worker
+--                   functions only (evidence re-verification, retention purges).
 -- querylayer_admin  operators (DBAs): EXECUTE on the operator functions of querylayer_api.
 --
 -- Roles are cluster-wide, so a second database of the same cluster finds them already made; the
@@ -20,6 +22,11 @@ BEGIN
     END IF;
     ALTER ROLE querylayer_edge NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
 
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'querylayer_worker') THEN
+        CREATE ROLE querylayer_worker NOLOGIN;
+    END IF;
+    ALTER ROLE querylayer_worker NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
+
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'querylayer_admin') THEN
         CREATE ROLE querylayer_admin NOLOGIN;
     END IF;
@@ -35,4 +42,4 @@ COMMENT ON SCHEMA querylayer_api IS 'QueryLayer''s callable surface: SECURITY DE
 REVOKE ALL ON SCHEMA querylayer FROM PUBLIC;
 REVOKE ALL ON SCHEMA querylayer_api FROM PUBLIC;
 GRANT USAGE ON SCHEMA querylayer TO querylayer_owner;
-GRANT USAGE ON SCHEMA querylayer_api TO querylayer_owner, querylayer_edge, querylayer_admin;
+GRANT USAGE ON SCHEMA querylayer_api TO querylayer_owner, querylayer_edge, querylayer_worker, querylayer_admin;

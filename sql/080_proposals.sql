@@ -277,6 +277,8 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM querylayer.content_revisions WHERE id = v_rid AND content_id = v_cid) THEN
             RAISE EXCEPTION 'payload.revision_id: no revision % of item % on this site', v_rid, v_cid USING ERRCODE = 'QL404';
         END IF;
+        -- Contributor output may cite what commissioned or fed it (a brief, staged source records).
+        PERFORM querylayer.check_draft_references(p_payload);
     ELSIF p_type = 'internal_link' THEN
         FOREACH v_cid IN ARRAY ARRAY[querylayer.payload_uuid(p_payload->'from_content_id', 'payload.from_content_id'),
                                       querylayer.payload_uuid(p_payload->'to_content_id', 'payload.to_content_id')] LOOP
@@ -289,9 +291,7 @@ BEGIN
             RAISE EXCEPTION 'payload.anchor_text: 1 to 200 characters are required' USING ERRCODE = '22023';
         END IF;
     ELSIF p_type = 'topical_map' THEN
-        IF jsonb_typeof(p_payload->'changes') IS DISTINCT FROM 'array' OR jsonb_array_length(p_payload->'changes') = 0 THEN
-            RAISE EXCEPTION 'payload.changes: a non-empty array is required' USING ERRCODE = '22023';
-        END IF;
+        PERFORM querylayer.check_topical_changes(p_payload);
     ELSIF p_type IN ('publish_lifecycle', 'content_lifecycle') THEN
         PERFORM count(*) FROM querylayer.lifecycle_items(p_type, p_payload);
     END IF;
@@ -392,17 +392,39 @@ $$;
 
 -- Called only by the extension's execute_decision: is this an approval, of a lifecycle
 -- proposal, made in this very transaction by the member acting now, and not executed yet?
+-- Types whose approval changes governed state when it executes.
+CREATE FUNCTION querylayer.executes_on_approval(p_type text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_type IN ('publish_lifecycle', 'content_lifecycle', 'topical_map')
+$$;
+
 CREATE FUNCTION querylayer.decision_executable(p_decision uuid) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT coalesce((
         SELECT d.decision = 'approved'
-           AND p.type IN ('publish_lifecycle', 'content_lifecycle')
+           AND querylayer.executes_on_approval(p.type)
            AND querylayer.ctx_kind() = 'member'
            AND d.member_id = querylayer.ctx_member_id()
            AND d.xmin = pg_catalog.pg_current_xact_id()::xid
            AND NOT EXISTS (SELECT 1 FROM querylayer.proposal_executions e WHERE e.decision_id = d.id)
           FROM querylayer.proposal_decisions d JOIN querylayer.proposals p ON p.id = d.proposal_id
          WHERE d.id = p_decision), false)
+$$;
+
+-- Executes an approved decision under the mark, by type (the extension's execute_decision
+-- calls this and nothing else does anything under the mark).
+CREATE FUNCTION querylayer.apply_decision(p_decision uuid) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_type text;
+BEGIN
+    SELECT p.type INTO STRICT v_type FROM querylayer.proposal_decisions d JOIN querylayer.proposals p ON p.id = d.proposal_id
+     WHERE d.id = p_decision;
+    IF v_type = 'topical_map' THEN
+        RETURN querylayer.apply_topical_map(p_decision);
+    END IF;
+    RETURN querylayer.apply_lifecycle(p_decision);
+END
 $$;
 
 -- Executes an approved lifecycle proposal, all items or none. Runs under the lifecycle mark.
@@ -534,7 +556,7 @@ BEGIN
     VALUES (v_prop.site_id, v_prop.id, CASE p_decision WHEN 'approve' THEN 'approved' ELSE 'rejected' END,
             querylayer.ctx_member_id(), querylayer.ctx_member_role(), p_note)
     RETURNING * INTO v_decision;
-    IF v_decision.decision = 'approved' AND v_prop.type IN ('publish_lifecycle', 'content_lifecycle') THEN
+    IF v_decision.decision = 'approved' AND querylayer.executes_on_approval(v_prop.type) THEN
         PERFORM querylayer.execute_decision(v_decision.id);
     END IF;
     PERFORM querylayer.audit('proposal.decide', v_prop.id::text,

@@ -2,7 +2,8 @@
 -- did:key bindings, the replay ledger of v2 nonces, and an append-only receipt per decision.
 
 CREATE TABLE querylayer.settings (
-    key        text PRIMARY KEY CHECK (key IN ('server_did', 'envelope_require_v2', 'envelope_freshness_seconds')),
+    key        text PRIMARY KEY CHECK (key IN ('server_did', 'envelope_require_v2', 'envelope_freshness_seconds',
+                                                 'evidence_reverify_after_days', 'form_rejected_retention_days')),
     value      jsonb NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now(),
     updated_by text NOT NULL DEFAULT 'install'
@@ -10,7 +11,14 @@ CREATE TABLE querylayer.settings (
 INSERT INTO querylayer.settings (key, value) VALUES
     ('server_did', '"did:web:qg-server"'),
     ('envelope_require_v2', 'false'),
-    ('envelope_freshness_seconds', '300');
+    ('envelope_freshness_seconds', '300'),
+    ('evidence_reverify_after_days', '30'),
+    ('form_rejected_retention_days', '30');
+
+CREATE FUNCTION querylayer.setting_int(p_key text) RETURNS integer
+LANGUAGE sql STABLE AS $$
+    SELECT (value #>> '{}')::integer FROM querylayer.settings WHERE key = p_key
+$$;
 
 CREATE FUNCTION querylayer.envelope_settings() RETURNS jsonb
 LANGUAGE sql STABLE AS $$
@@ -119,8 +127,13 @@ BEGIN
                 RAISE EXCEPTION 'envelope_freshness_seconds must be between 10 and 3600' USING ERRCODE = '22023';
             END IF;
             v := to_jsonb(p_value::integer);
+        WHEN 'evidence_reverify_after_days', 'form_rejected_retention_days' THEN
+            IF p_value !~ '^[0-9]{1,4}$' OR p_value::integer NOT BETWEEN 0 AND 3650 THEN
+                RAISE EXCEPTION '% must be a number of days between 0 and 3650', p_key USING ERRCODE = '22023';
+            END IF;
+            v := to_jsonb(p_value::integer);
         ELSE
-            RAISE EXCEPTION 'unknown setting %; known: server_did, envelope_require_v2, envelope_freshness_seconds',
+            RAISE EXCEPTION 'unknown setting %; known: server_did, envelope_require_v2, envelope_freshness_seconds, evidence_reverify_after_days, form_rejected_retention_days',
                 coalesce(quote_literal(p_key), 'NULL') USING ERRCODE = '22023';
     END CASE;
     UPDATE querylayer.settings SET value = v, updated_at = now(), updated_by = querylayer.outer_user() WHERE key = p_key;

@@ -188,17 +188,18 @@ fn role_oid(name: &std::ffi::CStr) -> Option<pg_sys::Oid> {
 }
 
 /// True when the role that called in from outside (SET ROLE counts, SECURITY DEFINER does not)
-/// is a superuser or holds the privileges of `querylayer_admin`.
+/// is a superuser or holds the privileges of `querylayer_admin` or `querylayer_worker`. Which
+/// functions each may call is decided by EXECUTE grants; this is the second lock.
 fn outer_user_is_operator() -> bool {
     unsafe {
         let outer = pg_sys::GetOuterUserId();
         if pg_sys::superuser_arg(outer) {
             return true;
         }
-        match role_oid(c"querylayer_admin") {
-            Some(admin) => pg_sys::has_privs_of_role(outer, admin),
-            None => false,
-        }
+        [c"querylayer_admin", c"querylayer_worker"]
+            .into_iter()
+            .filter_map(role_oid)
+            .any(|role| pg_sys::has_privs_of_role(outer, role))
     }
 }
 
@@ -211,7 +212,7 @@ fn enter_operator(site: Option<Uuid>) {
         ereport!(
             ERROR,
             PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
-            "operator functions require membership in querylayer_admin"
+            "operator functions require membership in querylayer_admin (or querylayer_worker)"
         );
     }
     set(RequestContext {

@@ -57,6 +57,10 @@ extension_sql_file!("../../sql/085_console.sql", name = "console", requires = ["
 extension_sql_file!("../../sql/090_operators.sql", name = "operators", requires = ["console"]);
 extension_sql_file!("../../sql/095_envelopes.sql", name = "envelopes", requires = ["operators"]);
 extension_sql_file!("../../sql/110_console_tasks.sql", name = "console_tasks", requires = ["envelopes"]);
+extension_sql_file!("../../sql/120_editorial.sql", name = "editorial", requires = ["console_tasks"]);
+extension_sql_file!("../../sql/125_source_packages.sql", name = "source_packages", requires = ["editorial"]);
+extension_sql_file!("../../sql/130_evidence.sql", name = "evidence", requires = ["source_packages"]);
+extension_sql_file!("../../sql/135_forms.sql", name = "forms", requires = ["evidence"]);
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

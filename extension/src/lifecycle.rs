@@ -1,8 +1,9 @@
-//! The live-pointer mark. `published_revision_id` and `archived_at` change only while this
-//! backend is executing an approved lifecycle decision: the trigger on `content_items` admits the
+//! The approval mark. `published_revision_id`, `archived_at`, the topical map and content briefs
+//! change only while this backend executes an approved decision: their guard triggers admit the
 //! change only when the mark is set, and only the Rust code below sets it — around one call of
-//! `querylayer.apply_lifecycle`, after checking that the decision is an approval, made in this
-//! transaction by the member who holds the context, and not executed yet. No SQL can set it.
+//! `querylayer.apply_decision`, after checking that the decision is an approval of an executing
+//! type, made in this transaction by the member who holds the context, and not executed yet.
+//! No SQL can set it.
 
 use pgrx::prelude::*;
 use pgrx::{JsonB, Uuid};
@@ -38,7 +39,7 @@ fn lifecycle_mark() -> Option<Uuid> {
     MARK.with(|m| m.get())
 }
 
-/// Executes an approved publish_lifecycle or content_lifecycle decision. Returns the execution
+/// Executes an approved publish_lifecycle, content_lifecycle or topical_map decision. Returns the execution
 /// record (`{status: applied | failed, detail}`).
 #[pg_extern(volatile, parallel_unsafe)]
 fn execute_decision(decision: Uuid) -> JsonB {
@@ -54,7 +55,7 @@ fn execute_decision(decision: Uuid) -> JsonB {
     }
     let _mark = MarkGuard::set(decision);
     let result: Option<JsonB> =
-        Spi::get_one_with_args("SELECT querylayer.apply_lifecycle($1)", &[decision.into()])
+        Spi::get_one_with_args("SELECT querylayer.apply_decision($1)", &[decision.into()])
             .unwrap_or_else(|e| error!("querylayer: executing decision {decision} failed: {e}"));
     result.unwrap_or_else(|| error!("querylayer: executing decision {decision} returned nothing"))
 }

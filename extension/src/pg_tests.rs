@@ -835,4 +835,124 @@ mod tests {
         assert_eq!(claim["closed"][0]["turn_id"], turn.as_str());
         assert_eq!(claim["closed"][0]["reason"], "session sess-5 is missing or ended");
     }
+
+    // ---------------------------------------------------------------------------------------
+    // Editorial planning.
+
+    fn count(table: &str) -> i64 {
+        Spi::get_one::<i64>(&format!("SELECT count(*) FROM querylayer.{table}")).unwrap().unwrap()
+    }
+
+    #[pg_test]
+    fn strategy_opportunities_become_a_proposal_and_an_approval_commissions_one_brief() {
+        let site = content_site();
+        json(r#"SELECT querylayer_api.import_topical_strategy('demo', 'keyword-tool-export', '[
+            {"id": "opp-1", "topic": "pricing", "title": "Pricing explained", "signals": {"estimated_volume": 1200}},
+            {"id": "opp-2", "topic": "pricing", "title": "Pricing for teams"}]')"#);
+        authenticate(&site.secret);
+        let queue = json("SELECT querylayer_api.list_topical_strategy_opportunities()");
+        let opps = queue["opportunities"].as_array().unwrap();
+        assert_eq!(opps.len(), 2);
+        assert!(opps.iter().all(|o| o["reconciliation_state"] == "new"));
+        assert_eq!(opps[0]["provenance"]["source"], "keyword-tool-export");
+        let ids: Vec<String> = opps.iter().map(|o| o["opportunity_id"].as_str().unwrap().to_string()).collect();
+        let run = json("SELECT querylayer_api.begin_run('strategy.triage')")["run_id"].as_str().unwrap().to_string();
+        let proposal = json(&format!(
+            "SELECT querylayer_api.propose_topical_strategy_opportunities('{run}', ARRAY['{}', '{}']::uuid[], 'two pages')", ids[0], ids[1]
+        ));
+        assert_eq!(proposal["type"], "topical_map");
+        let after = json("SELECT querylayer_api.list_topical_strategy_opportunities()");
+        assert!(after["opportunities"].as_array().unwrap().iter().all(|o| o["reconciliation_state"] == "proposed"));
+        assert_eq!(count("topics"), 0, "proposing changes nothing");
+        // The agent (or the owner role) cannot write the map directly.
+        as_owner();
+        expect_sqlstate("INSERT INTO querylayer.topics (site_id, slug, title) SELECT id, 'x', 'X' FROM querylayer.sites", "QL423");
+        Spi::run("RESET ROLE").unwrap();
+        as_member(&site.owner_token);
+        let pid = proposal["proposal_id"].as_str().unwrap();
+        let decided = json(&format!("SELECT querylayer_api.decide_proposal('{pid}', 'approve')"));
+        assert_eq!(decided["state"], "applied", "{decided}");
+        assert_eq!(count("topics"), 1);
+        assert_eq!(count("content_briefs"), 1, "exactly one brief per approval");
+        authenticate(&site.secret);
+        let briefs = json("SELECT querylayer_api.list_content_briefs()");
+        assert_eq!(briefs[0]["brief"]["pages"].as_array().unwrap().len(), 2);
+        let accepted = json("SELECT querylayer_api.list_topical_strategy_opportunities('accepted')");
+        assert_eq!(accepted["opportunities"].as_array().unwrap().len(), 2);
+    }
+
+    #[pg_test]
+    fn staging_a_package_twice_is_recognised_and_creates_no_content() {
+        let site = content_site();
+        authenticate(&site.secret);
+        let run = json("SELECT querylayer_api.begin_run('sources.stage')")["run_id"].as_str().unwrap().to_string();
+        let records = r#"[{"title": "A", "url": "https://a.example/x", "author": "Ann", "published_at": "2026-01-01", "body": "short"},
+                          {"title": "", "url": "ftp://nope"},
+                          {"title": "C", "url": "https://a.example/x"}]"#;
+        let before = (count("content_items"), count("content_revisions"), count("proposals"));
+        let first = json(&format!("SELECT querylayer_api.stage_content_source_package('{run}', 'batch', '{records}')"));
+        let second = json(&format!("SELECT querylayer_api.stage_content_source_package('{run}', 'batch again', '{records}')"));
+        assert_eq!(first["resubmitted"], false);
+        assert_eq!(second["resubmitted"], true);
+        assert_eq!(first["package_sha256"], second["package_sha256"]);
+        assert_eq!(first["warnings"], second["warnings"]);
+        assert_eq!(first["records"], second["records"]);
+        assert_eq!(first["invalid_count"], 1);
+        assert_eq!(first["records"][1]["problems"], serde_json::json!(["title: text of 1 to 300 characters is required", "url: an http(s) URL is required"]));
+        assert_eq!(first["warnings"], serde_json::json!(["1 of 3 records are invalid and were kept for review", "url https://a.example/x appears in records 0, 2"]));
+        assert_eq!((count("content_items"), count("content_revisions"), count("proposals")), before);
+        let pkg = first["package_id"].as_str().unwrap();
+        let invalid = json(&format!("SELECT querylayer_api.list_content_source_records('{pkg}', false)"));
+        assert_eq!(invalid.as_array().unwrap().len(), 1);
+    }
+
+    #[pg_test]
+    fn evidence_reverification_opens_exactly_one_review_and_agents_see_only_metadata() {
+        let site = content_site();
+        let (run, content, rev) = draft(&site.secret, "claims");
+        let sha = "a".repeat(64);
+        expect_sqlstate(&format!(
+            "SELECT querylayer_api.record_claim_evidence('{run}', '{rev}', 'not in the draft', 'https://s.example', 'q', now(), '{sha}')"
+        ), "22023");
+        json(&format!(
+            "SELECT querylayer_api.record_claim_evidence('{run}', '{rev}', 'B', 'https://s.example/page', 'B', now(), '{sha}')"
+        ));
+        Spi::run("SELECT querylayer_api.make_evidence_jobs_due('demo')").unwrap();
+        for observed in ["b", "c"] {
+            let jobs = json("SELECT querylayer_api.worker_claim_evidence_jobs(10)");
+            if let Some(job) = jobs.as_array().unwrap().first() {
+                let id = job["job_id"].as_str().unwrap();
+                let outcome = json(&format!(
+                    "SELECT querylayer_api.worker_record_evidence_attempt('{id}', 200, '{}', 'secret body text')", observed.repeat(64)
+                ));
+                assert_eq!(outcome["status"], "changed");
+            }
+        }
+        assert_eq!(count("evidence_reviews"), 1);
+        authenticate(&site.secret);
+        let state = json(&format!("SELECT querylayer_api.list_evidence_reverification('{content}')"));
+        let text = state.to_string();
+        assert!(state[0]["open_review"]["reason"] == "changed", "{state}");
+        assert!(!text.contains("secret body text") && !text.contains(&"b".repeat(64)), "{text}");
+    }
+
+    #[pg_test]
+    fn the_retention_purge_removes_old_rejected_events_and_keeps_the_aggregates() {
+        let site = content_site();
+        json(r#"SELECT querylayer_api.report_form_screening('demo', '[
+            {"form": "contact", "decision": "rejected", "reason": "spam", "occurred_at": "2020-01-01T10:00:00Z", "contact": "a@b.example", "payload": {"msg": "buy"}},
+            {"form": "contact", "decision": "rejected", "reason": "spam", "occurred_at": "2020-01-01T11:00:00Z"},
+            {"form": "contact", "decision": "accepted", "reason": "clean", "occurred_at": "2020-01-01T12:00:00Z"},
+            {"form": "contact", "decision": "rejected", "reason": "spam"}]')"#);
+        authenticate(&site.secret);
+        let before = json("SELECT querylayer_api.form_screening_metrics(366)");
+        Spi::run("SELECT querylayer_api.purge_form_screening()").unwrap();
+        assert_eq!(count("form_screening_events"), 2, "the old rejected events are gone; recent and accepted stay");
+        authenticate(&site.secret);
+        let after = json("SELECT querylayer_api.form_screening_metrics(366)");
+        assert_eq!(before, after);
+        let old = json("SELECT jsonb_agg(to_jsonb(d)) FROM querylayer.form_screening_daily d WHERE day = '2020-01-01' AND decision = 'rejected'");
+        assert_eq!(old[0]["events"], 2);
+        assert!(!after.to_string().contains("a@b.example"));
+    }
 }
