@@ -65,8 +65,12 @@ CREATE TABLE querylayer.agents (
     kind            text NOT NULL DEFAULT 'generic' CHECK (kind IN ('generic', 'hermes')),
     profile_id      text UNIQUE CHECK (profile_id ~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$'),
     profile_name    text CHECK (length(profile_name) BETWEEN 1 AND 200),
+    -- The subject this agent is in rights documents (RBAC grants, ODRL assignees); the handle
+    -- unless an operator names another (a DID, say) when registering the agent.
+    principal       text NOT NULL CHECK (length(principal) BETWEEN 1 AND 300),
     created_at      timestamptz NOT NULL DEFAULT now(),
     UNIQUE (organization_id, handle),
+    UNIQUE (organization_id, principal),
     UNIQUE (id, organization_id),
     CHECK (kind <> 'hermes' OR (profile_id IS NOT NULL AND profile_name IS NOT NULL))
 );
@@ -80,8 +84,8 @@ BEGIN
     IF TG_OP = 'DELETE' THEN
         RAISE EXCEPTION 'agents are never deleted; revoke their permissions and connections instead' USING ERRCODE = 'QL423';
     END IF;
-    IF (NEW.id, NEW.organization_id, NEW.handle, NEW.kind, NEW.profile_id, NEW.created_at)
-       IS DISTINCT FROM (OLD.id, OLD.organization_id, OLD.handle, OLD.kind, OLD.profile_id, OLD.created_at) THEN
+    IF (NEW.id, NEW.organization_id, NEW.handle, NEW.kind, NEW.profile_id, NEW.principal, NEW.created_at)
+       IS DISTINCT FROM (OLD.id, OLD.organization_id, OLD.handle, OLD.kind, OLD.profile_id, OLD.principal, OLD.created_at) THEN
         RAISE EXCEPTION 'an agent''s identity is immutable; only profile_name may change (through rename_agent_profile)'
             USING ERRCODE = 'QL423';
     END IF;

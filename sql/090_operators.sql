@@ -90,7 +90,7 @@ $$;
 
 CREATE FUNCTION querylayer_api.create_agent(
     p_organization text, p_handle text, p_kind text DEFAULT 'generic',
-    p_profile_id text DEFAULT NULL, p_profile_name text DEFAULT NULL
+    p_profile_id text DEFAULT NULL, p_profile_name text DEFAULT NULL, p_principal text DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -114,12 +114,16 @@ BEGIN
     IF p_profile_id IS NOT NULL AND EXISTS (SELECT 1 FROM querylayer.agents WHERE profile_id = p_profile_id) THEN
         RAISE EXCEPTION 'profile_id % is already bound to an agent', quote_literal(p_profile_id) USING ERRCODE = 'QL409';
     END IF;
-    INSERT INTO querylayer.agents (organization_id, handle, kind, profile_id, profile_name)
-    VALUES (v_org.id, p_handle, coalesce(p_kind, 'generic'), p_profile_id, p_profile_name)
+    IF EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_org.id AND principal = coalesce(p_principal, p_handle)) THEN
+        RAISE EXCEPTION 'principal % is already an agent of %', quote_literal(coalesce(p_principal, p_handle)), v_org.slug
+            USING ERRCODE = 'QL409';
+    END IF;
+    INSERT INTO querylayer.agents (organization_id, handle, kind, profile_id, profile_name, principal)
+    VALUES (v_org.id, p_handle, coalesce(p_kind, 'generic'), p_profile_id, p_profile_name, coalesce(p_principal, p_handle))
     RETURNING * INTO v;
     PERFORM querylayer.audit('agent.create', v.id::text,
         jsonb_build_object('handle', v.handle, 'kind', v.kind, 'profile_id', v.profile_id));
-    RETURN jsonb_build_object('agent_id', v.id, 'handle', v.handle, 'kind', v.kind,
+    RETURN jsonb_build_object('agent_id', v.id, 'handle', v.handle, 'kind', v.kind, 'principal', v.principal,
                               'profile_id', v.profile_id, 'profile_name', v.profile_name, 'organization', v_org.slug);
 END
 $$;
@@ -395,7 +399,8 @@ BEGIN
     PERFORM querylayer.enter_operator(NULL);
     v_site := querylayer.site_by_slug('demo');
     IF NOT EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_site.organization_id AND handle = 'demo-agent') THEN
-        PERFORM querylayer_api.create_agent('demo', 'demo-agent', 'hermes', 'demo-profile-0001', 'demo');
+        PERFORM querylayer_api.create_agent('demo', 'demo-agent', 'hermes', 'demo-profile-0001', 'demo',
+                                            'did:example:qg-navigator');
     END IF;
     IF NOT EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_site.organization_id AND handle = 'demo-owner') THEN
         PERFORM querylayer_api.create_member('demo', 'demo-owner', 'Demo owner');
@@ -410,6 +415,7 @@ BEGIN
               {"name": "summary", "type": "text", "required": false, "max_length": 500},
               {"name": "tags", "type": "list", "required": false}]');
     END IF;
+    PERFORM querylayer.seed_demo_semantics(v_site.id);
     RETURN jsonb_build_object(
         'organization', 'demo', 'site', 'demo', 'agent', 'demo-agent', 'member', 'demo-owner',
         'connection', querylayer_api.create_connection('demo', 'demo-agent', 'demo ' || v_suffix,

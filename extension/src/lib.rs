@@ -7,6 +7,7 @@ mod context;
 mod envelopes;
 mod lifecycle;
 mod secrets;
+mod semantic;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -61,6 +62,11 @@ extension_sql_file!("../../sql/120_editorial.sql", name = "editorial", requires 
 extension_sql_file!("../../sql/125_source_packages.sql", name = "source_packages", requires = ["editorial"]);
 extension_sql_file!("../../sql/130_evidence.sql", name = "evidence", requires = ["source_packages"]);
 extension_sql_file!("../../sql/135_forms.sql", name = "forms", requires = ["evidence"]);
+extension_sql_file!(
+    "../../sql/140_semantics.sql",
+    name = "semantics",
+    requires = ["forms", semantic::key_did, semantic::new_key_secret, semantic::story_roster, semantic::demo_documents]
+);
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -8,7 +8,7 @@
 //!
 //! * Matched datasets are the dataset matches plus the datasets of field matches. They are gated
 //!   in model order with action `read`; a denied source is listed in `denied_sources`, never
-//!   planned, and named in the prompt as off-limits.
+//!   planned, and named in the prompt as off-limits (by dataset name, never by location).
 //! * For each allowed dataset: the columns are the fields that matched — or, when no field matched
 //!   anywhere in the question, all of its fields — in declaration order. A column is the field's
 //!   expression in the target dialect (else in `ANSI_SQL`), else its name quoted for the target
@@ -35,7 +35,7 @@ use crate::osi::OsiDocument;
 use crate::rights::{decide, AccessRequest, Action, Receipt, RightsDocument};
 use crate::search::{search_matches, Match, MatchKind};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The dialect plans are written in unless another is asked for.
 pub const DEFAULT_DIALECT: &str = "SAIL_SQL";
@@ -55,7 +55,7 @@ pub struct NavigatorRequest<'a> {
 }
 
 /// One planned query.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     /// The dataset name, or the metric name for a metric plan.
     pub dataset: String,
@@ -65,8 +65,9 @@ pub struct Plan {
     pub metric: Option<String>,
 }
 
-/// The governed answer, before signing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The governed answer, before signing. It deserializes too, so that an answer prepared for an
+/// LLM can be stored and signed later with the text the LLM wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NavigatorAnswer {
     pub question: String,
     pub answer: String,
@@ -260,7 +261,16 @@ pub fn build_prompt(
         lines.extend(plans.iter().map(|p| format!("- {}", p.sql)));
     }
     if !denied.is_empty() {
-        lines.push(format!("Denied sources (policy receipts issued; do NOT use): {}", denied.join(", ")));
+        // Named by their semantic (dataset) names: the physical location of a denied source is
+        // itself governed and never leaves the database, not even to the model that is told to
+        // keep away from it.
+        let names: Vec<&str> = denied
+            .iter()
+            .map(|source| {
+                m.datasets.iter().find(|d| &d.source == source).map(|d| d.name.as_str()).unwrap_or("an unnamed restricted dataset")
+            })
+            .collect();
+        lines.push(format!("Denied datasets (policy receipts issued; do NOT use): {}", names.join(", ")));
     }
     lines.join("\n")
 }
@@ -312,6 +322,126 @@ fn python_repr(s: &str) -> String {
     }
     out.push(quote);
     out
+}
+
+/// One dataset of a navigator bundle, with the principal's access decision. A denied dataset
+/// shows no fields: there is nothing in it to navigate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundleDataset {
+    pub name: String,
+    pub description: Option<String>,
+    pub source: String,
+    pub fields: Vec<BundleField>,
+    pub access: BundleAccess,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundleField {
+    pub name: String,
+    pub description: Option<String>,
+    pub semantic_type: Option<String>,
+}
+
+/// A metric of a navigator bundle: computable only when some dataset is readable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundleMetric {
+    pub name: String,
+    pub description: Option<String>,
+    pub dialects: Vec<String>,
+    pub access: BundleAccess,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundleAccess {
+    pub allowed: bool,
+    pub reason: String,
+    pub policy_id: Option<String>,
+}
+
+/// The governed, per-principal view of a model an agent navigates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NavigatorBundle {
+    pub model: String,
+    pub principal: String,
+    pub purpose: Option<String>,
+    pub datasets: Vec<BundleDataset>,
+    pub metrics: Vec<BundleMetric>,
+    /// One receipt per dataset, in model order.
+    pub receipts: Vec<Receipt>,
+}
+
+/// Gates every dataset of the model for `principal` (read, with `purpose`) and returns the view.
+pub fn navigator_bundle(
+    model: &OsiDocument,
+    rights: &RightsDocument,
+    principal: &str,
+    purpose: Option<&str>,
+    now: DateTime<Utc>,
+) -> NavigatorBundle {
+    let m = &model.semantic_model;
+    let mut receipts = Vec::new();
+    let datasets: Vec<BundleDataset> = m
+        .datasets
+        .iter()
+        .map(|d| {
+            let decision = decide(
+                rights,
+                &AccessRequest { principal, resource: &d.source, action: Action::Read, purpose },
+                now,
+            );
+            let access = BundleAccess {
+                allowed: decision.allowed,
+                reason: decision.receipt.reason.clone(),
+                policy_id: decision.receipt.policy_id.clone(),
+            };
+            receipts.push(decision.receipt);
+            BundleDataset {
+                name: d.name.clone(),
+                description: d.description.clone(),
+                source: d.source.clone(),
+                fields: if access.allowed {
+                    d.fields
+                        .iter()
+                        .map(|f| BundleField {
+                            name: f.name.clone(),
+                            description: f.description.clone(),
+                            semantic_type: f.semantic_type.clone(),
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+                access,
+            }
+        })
+        .collect();
+    let readable = datasets.iter().any(|d| d.access.allowed);
+    let metrics = m
+        .metrics
+        .iter()
+        .map(|x| BundleMetric {
+            name: x.name.clone(),
+            description: x.description.clone(),
+            dialects: x.expression.dialects.iter().map(|d| d.dialect.clone()).collect(),
+            access: BundleAccess {
+                allowed: readable,
+                reason: if readable {
+                    "computable over the readable datasets".into()
+                } else {
+                    "no dataset of the model is readable for this principal".into()
+                },
+                policy_id: None,
+            },
+        })
+        .collect();
+    NavigatorBundle {
+        model: m.name.clone(),
+        principal: principal.to_string(),
+        purpose: purpose.map(str::to_string),
+        datasets,
+        metrics,
+        receipts,
+    }
 }
 
 #[cfg(test)]
@@ -371,11 +501,9 @@ mod tests {
                 "SELECT SUM(total_revenue - mandated_spend) FROM sail.qg_lakehouse.government_finance__countydata",
             ]
         );
-        assert!(ours.prompt.ends_with(
-            "Denied sources (policy receipts issued; do NOT use): sail.qg_lakehouse.haalsi_baseline__restricted_raw"
-        ));
-        // The restricted source appears in the prompt only on the "do NOT use" line.
-        assert_eq!(ours.prompt.matches("haalsi_baseline__restricted_raw").count(), 1);
+        assert!(ours.prompt.ends_with("Denied datasets (policy receipts issued; do NOT use): restricted_health"));
+        // The restricted source's location never reaches the model: it is named by its dataset.
+        assert!(!ours.prompt.contains("haalsi_baseline__restricted_raw"));
     }
 
     #[test]
@@ -389,7 +517,14 @@ mod tests {
             assert_eq!(got["plans"], case["plans"], "plans for {q:?}");
             assert_eq!(got["denied_sources"], case["denied"], "denied for {q:?}");
             assert_eq!(ours.answer, case["answer"].as_str().unwrap(), "answer for {q:?}");
-            assert_eq!(ours.prompt, case["prompt"].as_str().unwrap(), "prompt for {q:?}");
+            // The reference names denied sources by location; we name them by dataset.
+            let reference = case["prompt"].as_str().unwrap();
+            let (ours_head, theirs_head) = (
+                ours.prompt.split("\nDenied ").next().unwrap(),
+                reference.split("\nDenied ").next().unwrap(),
+            );
+            assert_eq!(ours_head, theirs_head, "prompt for {q:?}");
+            assert_eq!(ours.prompt.contains("\nDenied datasets"), reference.contains("\nDenied sources"), "{q:?}");
             let decisions: Vec<Value> = ours.receipts.iter().map(|r| json!([r.resource, r.allowed])).collect();
             let expected: Vec<Value> =
                 case["receipts"].as_array().unwrap().iter().map(|r| json!([r[0], r[1]])).collect();
@@ -457,5 +592,17 @@ mod tests {
         assert_eq!(python_repr("café ☕ 😀"), "'café ☕ 😀'");
         assert_eq!(python_repr("nbsp\u{a0}zw\u{200b}ls\u{2028}"), "'nbsp\\xa0zw\\u200bls\\u2028'");
         assert_eq!(python_repr(""), "''");
+    }
+
+    #[test]
+    fn the_bundle_hides_what_is_denied_and_gates_every_dataset() {
+        let now = chrono::TimeZone::with_ymd_and_hms(&Utc, 2026, 11, 30, 3, 1, 41).unwrap();
+        let b = navigator_bundle(&demo::model(), &demo::rights(), demo::PRINCIPAL, None, now);
+        assert_eq!(b.receipts.len(), b.datasets.len());
+        let restricted = b.datasets.iter().find(|d| d.name == "restricted_health").unwrap();
+        assert!(!restricted.access.allowed);
+        assert!(restricted.fields.is_empty());
+        assert!(b.datasets.iter().filter(|d| d.access.allowed).count() == 2);
+        assert!(b.metrics.iter().all(|m| m.access.allowed));
     }
 }

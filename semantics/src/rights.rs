@@ -67,7 +67,7 @@
 //!   then any permission allows; with no applicable permission ODRL denies.
 
 use chrono::{DateTime, Utc};
-use serde::{Serialize, Serializer};
+use serde::{Serialize, Serializer, Deserialize};
 use serde_json::{Map, Value};
 
 /// The exact reason of an allowed receipt (the reference's wording).
@@ -334,7 +334,7 @@ pub struct AccessRequest<'a> {
 }
 
 /// The append-only record of one decision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Receipt {
     pub principal: String,
     pub resource: String,

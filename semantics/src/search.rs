@@ -34,7 +34,7 @@
 //! question always give the same list.
 
 use crate::osi::{AiContext, OsiDocument};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Words ignored when building terms.
 pub const STOPWORDS: [&str; 21] = [
@@ -46,7 +46,7 @@ pub const STOPWORDS: [&str; 21] = [
 pub const MAX_NGRAM: usize = 4;
 
 /// What kind of item matched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MatchKind {
     Dataset,
@@ -66,12 +66,12 @@ impl MatchKind {
 }
 
 /// A matched item, as the navigator reports it: `{kind, name[, dataset]}`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Match {
     pub kind: MatchKind,
     pub name: String,
     /// The dataset of a field; absent for datasets and metrics.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<String>,
 }
 

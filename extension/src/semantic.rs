@@ -1,0 +1,194 @@
+//! The governed semantics plane inside the database: thin SQL wrappers over the pure
+//! `querylayer-semantics` crate (OSI parsing, RBAC + ODRL decisions, search, metric resolution,
+//! the navigator loop, signing with the server key, the story). The SQL in
+//! `sql/140_semantics.sql` decides what is loaded, stores every receipt, answer, lineage event
+//! and attestation append-only, and is the only caller; these functions are granted to the
+//! owner role alone, and the server key never leaves the database.
+
+use chrono::{DateTime, Utc};
+use pgrx::prelude::*;
+use pgrx::JsonB;
+use querylayer_semantics::{attestation, demo, navigator, osi, rights, search, signing, story, Signer};
+use serde_json::{json, Value};
+
+fn time(now: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(now)
+        .unwrap_or_else(|e| error!("querylayer: bad timestamp {now:?}: {e}"))
+        .with_timezone(&Utc)
+}
+
+fn model(doc: &JsonB) -> osi::OsiDocument {
+    osi::parse_value(&doc.0).unwrap_or_else(|errors| {
+        error!("querylayer: a stored semantic model no longer parses: {}", errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))
+    })
+}
+
+fn signer(secret: &[u8]) -> Signer {
+    let secret: [u8; 32] = secret.try_into().unwrap_or_else(|_| error!("querylayer: a server key must be 32 bytes"));
+    Signer::from_secret(secret)
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> JsonB {
+    JsonB(serde_json::to_value(v).expect("serializable"))
+}
+
+/// Parses and validates an OSI document (JSON or YAML): `{ok, name, model, errors}`, where every
+/// error names its path.
+#[pg_extern(immutable, parallel_safe)]
+fn osi_parse(text: &str) -> JsonB {
+    match osi::parse_document(text) {
+        Ok(doc) => JsonB(json!({
+            "ok": true,
+            "name": doc.semantic_model.name,
+            "model": doc.to_normalized_json(),
+            "errors": [],
+        })),
+        Err(errors) => JsonB(json!({
+            "ok": false,
+            "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        })),
+    }
+}
+
+/// Reads a rights document: `{document, problems}` (problems mean every decision denies).
+#[pg_extern(immutable, parallel_safe)]
+fn rights_parse(text: &str) -> JsonB {
+    let value: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return JsonB(json!({"document": null, "problems": [format!("<document>: not valid JSON: {e}")]})),
+    };
+    let problems = rights::RightsDocument::from_value(&value).problems();
+    JsonB(json!({"document": value, "problems": problems}))
+}
+
+/// One RBAC AND ODRL decision (the check_access answer, with its receipt).
+#[pg_extern(immutable, parallel_safe)]
+fn rights_decide(
+    document: JsonB,
+    principal: &str,
+    resource: &str,
+    action: &str,
+    purpose: Option<&str>,
+    now: &str,
+) -> JsonB {
+    let Some(action) = rights::Action::parse(action) else {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("action: unknown ODRL action {action:?}; known: {}", rights::Action::known_names().join(", "))
+        );
+    };
+    let doc = rights::RightsDocument::from_value(&document.0);
+    to_json(&rights::decide(&doc, &rights::AccessRequest { principal, resource, action, purpose }, time(now)))
+}
+
+/// Ranked search of a model.
+#[pg_extern(immutable, parallel_safe)]
+fn model_search(document: JsonB, text: &str) -> JsonB {
+    to_json(&search::search(&model(&document), text))
+}
+
+/// A metric's expression for a dialect (requested → ANSI_SQL → first listed), or `{error}`.
+#[pg_extern(immutable, parallel_safe)]
+fn model_resolve_metric(document: JsonB, name: &str, dialect: &str) -> JsonB {
+    match querylayer_semantics::metrics::resolve_metric(&model(&document), name, dialect) {
+        Ok(r) => to_json(&r),
+        Err(e) => JsonB(json!({"error": e.to_string()})),
+    }
+}
+
+/// The per-principal view of a model.
+#[pg_extern(immutable, parallel_safe)]
+fn model_bundle(document: JsonB, rights_document: JsonB, principal: &str, purpose: Option<&str>, now: &str) -> JsonB {
+    let doc = rights::RightsDocument::from_value(&rights_document.0);
+    to_json(&navigator::navigator_bundle(&model(&document), &doc, principal, purpose, time(now)))
+}
+
+/// The pure navigator loop: search, gate, plan, deterministic text, prompt.
+#[pg_extern(immutable, parallel_safe)]
+fn navigate(
+    document: JsonB,
+    rights_document: JsonB,
+    principal: &str,
+    question: &str,
+    purpose: Option<&str>,
+    dialect: &str,
+    now: &str,
+) -> JsonB {
+    let doc = rights::RightsDocument::from_value(&rights_document.0);
+    let request = navigator::NavigatorRequest { question, principal, purpose, dialect };
+    to_json(&navigator::answer_question(&model(&document), &doc, &request, time(now)))
+}
+
+/// Signs a navigator answer with the server key (optionally with text an LLM wrote): the
+/// envelope, the OpenLineage event — also as its exact text, since the attestation signs the hash
+/// of those bytes — and the attestation.
+#[pg_extern(immutable, parallel_safe)]
+fn sign_answer(
+    answer: JsonB,
+    llm_text: Option<&str>,
+    llm_name: Option<&str>,
+    model_name: &str,
+    principal: &str,
+    recipient: &str,
+    secret: &[u8],
+    now: &str,
+) -> JsonB {
+    let mut answer: navigator::NavigatorAnswer =
+        serde_json::from_value(answer.0).unwrap_or_else(|e| error!("querylayer: not a navigator answer: {e}"));
+    if let Some(text) = llm_text {
+        answer = answer.with_llm_answer(text, llm_name.unwrap_or("llm"));
+    }
+    let ctx = signing::AnswerContext { model_name, principal, recipient };
+    let signed = signing::sign_answer(answer, &ctx, &signer(secret), time(now));
+    let event_text = signed.openlineage_json();
+    let mut out = serde_json::to_value(&signed).expect("serializable");
+    out["openlineage_text"] = Value::String(event_text.clone());
+    out["event_sha256"] = Value::String(querylayer_envelope::canonical::sha256_hex(event_text.as_bytes()));
+    JsonB(out)
+}
+
+/// The resilience-desk story under `rights_document` (NULL: the story's own rights), signed with
+/// the server key; each specialist's event also comes as its exact text.
+#[pg_extern(immutable, parallel_safe)]
+fn run_story(rights_document: Option<JsonB>, secret: &[u8], now: &str) -> JsonB {
+    let doc = rights_document.map(|d| rights::RightsDocument::from_value(&d.0)).unwrap_or_else(demo::story_rights);
+    let run = story::run_qglake_story(&demo::story_roster(), &doc, &signer(secret), time(now));
+    let texts: Vec<String> = run.responses.iter().map(|r| r.openlineage.to_json()).collect();
+    let mut out = serde_json::to_value(&run).expect("serializable");
+    out["openlineage_texts"] = json!(texts);
+    JsonB(out)
+}
+
+/// The story's roster (question, purpose, agents and their resources).
+#[pg_extern(immutable, parallel_safe)]
+fn story_roster() -> JsonB {
+    to_json(&demo::story_roster())
+}
+
+/// Verifies an attestation against the exact event text and a did:key.
+#[pg_extern(immutable, parallel_safe)]
+fn attestation_valid(attestation: JsonB, event_text: &str, did_key: &str) -> bool {
+    let Ok(att) = serde_json::from_value::<attestation::Attestation>(attestation.0) else { return false };
+    attestation::verify_attestation_with_key(&att, event_text, did_key)
+}
+
+/// A fresh 32-byte Ed25519 secret from the operating system's RNG.
+#[pg_extern(volatile, parallel_unsafe)]
+fn new_key_secret() -> Vec<u8> {
+    let mut raw = [0u8; 32];
+    getrandom::fill(&mut raw).unwrap_or_else(|e| error!("querylayer: the operating system RNG failed: {e}"));
+    raw.to_vec()
+}
+
+/// The did:key of a secret.
+#[pg_extern(immutable, parallel_safe)]
+fn key_did(secret: &[u8]) -> String {
+    signer(secret).did_key()
+}
+
+/// The embedded demo: the resilience-desk model (YAML) and rights (JSON), as text.
+#[pg_extern(immutable, parallel_safe)]
+fn demo_documents() -> JsonB {
+    JsonB(json!({"model": demo::MODEL_YAML, "rights": demo::RIGHTS_JSON, "story_rights": demo::STORY_RIGHTS_JSON}))
+}

@@ -1,0 +1,620 @@
+-- The governed semantics plane (QueryGraph): semantic models (OSI) imported per site as
+-- immutable versions, RBAC + ODRL rights documents, an append-only receipt for every access
+-- decision, and the navigator loop's signed answers with their OpenLineage events and Ed25519
+-- attestations. The algorithms are the querylayer-semantics crate (extension/src/semantic.rs);
+-- what is loaded, who asks, and what is recorded is decided here. The server's signing key is
+-- generated here and never leaves the database.
+
+-- The server's Ed25519 keys. The newest unretired key signs; retired keys stay so that earlier
+-- attestations remain verifiable against their published did:key. No role but the owner reads
+-- this table.
+CREATE TABLE querylayer.server_keys (
+    id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    did_key    text NOT NULL UNIQUE,
+    secret     bytea NOT NULL CHECK (length(secret) = 32),
+    origin     text NOT NULL CHECK (origin IN ('generated', 'operator')),
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    retired_at timestamptz,
+    CHECK (did_key = querylayer.key_did(secret))
+);
+CREATE UNIQUE INDEX server_keys_one_current ON querylayer.server_keys ((true)) WHERE retired_at IS NULL;
+INSERT INTO querylayer.server_keys (did_key, secret, origin)
+SELECT querylayer.key_did(s), s, 'generated' FROM (SELECT querylayer.new_key_secret() AS s) k;
+
+CREATE FUNCTION querylayer.server_key() RETURNS querylayer.server_keys
+LANGUAGE sql STABLE AS $$
+    SELECT * FROM querylayer.server_keys WHERE retired_at IS NULL
+$$;
+
+CREATE FUNCTION querylayer.utc_text(p_t timestamptz) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT to_char(p_t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
+
+CREATE TABLE querylayer.semantic_models (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id        uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    version        integer NOT NULL CHECK (version > 0),
+    name           text NOT NULL,
+    document       jsonb NOT NULL,
+    source_sha256  text NOT NULL,
+    imported_by    text NOT NULL,
+    connection_id  uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
+    imported_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq      bigint NOT NULL,
+    prev_sha256    bytea NOT NULL,
+    content_sha256 bytea NOT NULL,
+    record_sha256  bytea NOT NULL,
+    UNIQUE (site_id, chain_seq),
+    UNIQUE (site_id, version)
+);
+SELECT querylayer.isolate_by_site('querylayer.semantic_models');
+SELECT querylayer.make_chained('querylayer.semantic_models');
+
+CREATE TABLE querylayer.rights_documents (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id        uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    version        integer NOT NULL CHECK (version > 0),
+    document       jsonb NOT NULL,
+    problems       jsonb NOT NULL,
+    imported_by    text NOT NULL,
+    imported_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq      bigint NOT NULL,
+    prev_sha256    bytea NOT NULL,
+    content_sha256 bytea NOT NULL,
+    record_sha256  bytea NOT NULL,
+    UNIQUE (site_id, chain_seq),
+    UNIQUE (site_id, version)
+);
+SELECT querylayer.isolate_by_site('querylayer.rights_documents');
+SELECT querylayer.make_chained('querylayer.rights_documents');
+
+CREATE TABLE querylayer.access_receipts (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id        uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    principal      text NOT NULL,
+    resource       text NOT NULL,
+    action         text NOT NULL,
+    purpose        text,
+    allowed        boolean NOT NULL,
+    reason         text NOT NULL,
+    policy_id      text,
+    issued_at      text NOT NULL,
+    decided_for    text NOT NULL CHECK (decided_for IN ('check_access', 'answer', 'bundle', 'story')),
+    answer_id      uuid,
+    rights_id      uuid REFERENCES querylayer.rights_documents ON DELETE RESTRICT,
+    connection_id  uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq      bigint NOT NULL,
+    prev_sha256    bytea NOT NULL,
+    content_sha256 bytea NOT NULL,
+    record_sha256  bytea NOT NULL,
+    UNIQUE (site_id, chain_seq)
+);
+SELECT querylayer.isolate_by_site('querylayer.access_receipts');
+SELECT querylayer.make_chained('querylayer.access_receipts');
+
+CREATE TABLE querylayer.answers (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id        uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    connection_id  uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
+    agent_id       uuid REFERENCES querylayer.agents ON DELETE RESTRICT,
+    principal      text NOT NULL,
+    purpose        text,
+    question       text NOT NULL,
+    answer         text NOT NULL,
+    synthesized_by text NOT NULL,
+    model_id       uuid NOT NULL REFERENCES querylayer.semantic_models ON DELETE RESTRICT,
+    rights_id      uuid REFERENCES querylayer.rights_documents ON DELETE RESTRICT,
+    plans          jsonb NOT NULL,
+    denied_sources jsonb NOT NULL,
+    envelope       jsonb NOT NULL,
+    server_key_id  uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq      bigint NOT NULL,
+    prev_sha256    bytea NOT NULL,
+    content_sha256 bytea NOT NULL,
+    record_sha256  bytea NOT NULL,
+    UNIQUE (site_id, chain_seq)
+);
+SELECT querylayer.isolate_by_site('querylayer.answers');
+SELECT querylayer.make_chained('querylayer.answers');
+
+-- An answer prepared for an LLM on the edge, waiting for the text. Nothing is recorded as an
+-- answer until it is completed and signed.
+CREATE TABLE querylayer.answer_drafts (
+    id            uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id       uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    connection_id uuid NOT NULL REFERENCES querylayer.connections ON DELETE RESTRICT,
+    purpose       text,
+    navigation    jsonb NOT NULL,
+    model_id      uuid NOT NULL REFERENCES querylayer.semantic_models ON DELETE RESTRICT,
+    rights_id     uuid REFERENCES querylayer.rights_documents ON DELETE RESTRICT,
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    completed_at  timestamptz
+);
+SELECT querylayer.isolate_by_site('querylayer.answer_drafts');
+
+-- The exact event text (json keeps the bytes the attestation's hash covers).
+CREATE TABLE querylayer.lineage_events (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id        uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    answer_id      uuid REFERENCES querylayer.answers ON DELETE RESTRICT,
+    story_agent    text,
+    run_id         uuid NOT NULL,
+    event          json NOT NULL,
+    event_sha256   text NOT NULL CHECK (event_sha256 = encode(sha256(convert_to(event::text, 'UTF8')), 'hex')),
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq      bigint NOT NULL,
+    prev_sha256    bytea NOT NULL,
+    content_sha256 bytea NOT NULL,
+    record_sha256  bytea NOT NULL,
+    UNIQUE (site_id, chain_seq)
+);
+SELECT querylayer.isolate_by_site('querylayer.lineage_events');
+SELECT querylayer.make_chained('querylayer.lineage_events');
+
+CREATE TABLE querylayer.attestations (
+    id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id          uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    lineage_event_id uuid NOT NULL UNIQUE REFERENCES querylayer.lineage_events ON DELETE RESTRICT,
+    server_key_id    uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
+    attestation      jsonb NOT NULL,
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    chain_seq        bigint NOT NULL,
+    prev_sha256      bytea NOT NULL,
+    content_sha256   bytea NOT NULL,
+    record_sha256    bytea NOT NULL,
+    UNIQUE (site_id, chain_seq)
+);
+SELECT querylayer.isolate_by_site('querylayer.attestations');
+SELECT querylayer.make_chained('querylayer.attestations');
+
+-- -------------------------------------------------------------------------------------------
+-- Internals.
+
+CREATE FUNCTION querylayer.current_model() RETURNS querylayer.semantic_models
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v querylayer.semantic_models;
+BEGIN
+    SELECT * INTO v FROM querylayer.semantic_models WHERE site_id = querylayer.ctx_site_id() ORDER BY version DESC LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'this site has no semantic model yet' USING ERRCODE = 'QL404',
+            HINT = 'import one with POST /v1/models/import/osi or querylayer_import_semantic_model';
+    END IF;
+    RETURN v;
+END
+$$;
+
+CREATE FUNCTION querylayer.current_rights() RETURNS querylayer.rights_documents
+LANGUAGE sql STABLE AS $$
+    SELECT * FROM querylayer.rights_documents WHERE site_id = querylayer.ctx_site_id() ORDER BY version DESC LIMIT 1
+$$;
+
+-- The acting agent's rights subject.
+CREATE FUNCTION querylayer.acting_principal() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT principal FROM querylayer.agents WHERE id = querylayer.ctx_agent_id()
+$$;
+
+-- With no rights document every decision denies (the engine reads an empty document as such).
+CREATE FUNCTION querylayer.rights_or_empty(p querylayer.rights_documents) RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(p.document, '{}'::jsonb)
+$$;
+
+CREATE FUNCTION querylayer.record_receipts(p_receipts jsonb, p_for text, p_purpose text, p_answer_id uuid, p_rights_id uuid) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO querylayer.access_receipts (site_id, principal, resource, action, purpose, allowed, reason, policy_id, issued_at,
+                                            decided_for, answer_id, rights_id, connection_id)
+    SELECT querylayer.ctx_site_id(), r->>'principal', r->>'resource', r->>'action', p_purpose, (r->>'allowed')::boolean,
+           r->>'reason', r->>'policy_id', r->>'issued_at', p_for, p_answer_id, p_rights_id, querylayer.ctx_connection_id()
+      FROM jsonb_array_elements(p_receipts) WITH ORDINALITY AS x(r, o) ORDER BY o
+$$;
+
+CREATE FUNCTION querylayer.record_event(p_event_text text, p_attestation jsonb, p_answer_id uuid, p_story_agent text,
+                                        p_key_id uuid) RETURNS uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id uuid;
+BEGIN
+    INSERT INTO querylayer.lineage_events (site_id, answer_id, story_agent, run_id, event, event_sha256)
+    VALUES (querylayer.ctx_site_id(), p_answer_id, p_story_agent, (p_event_text::jsonb #>> '{run,runId}')::uuid,
+            p_event_text::json, encode(sha256(convert_to(p_event_text, 'UTF8')), 'hex'))
+    RETURNING id INTO v_id;
+    INSERT INTO querylayer.attestations (site_id, lineage_event_id, server_key_id, attestation)
+    VALUES (querylayer.ctx_site_id(), v_id, p_key_id, p_attestation);
+    RETURN v_id;
+END
+$$;
+
+-- Signs a navigation (optionally with LLM text) and records the answer, its receipts, its event
+-- and its attestation. Returns the signed answer as clients see it.
+CREATE FUNCTION querylayer.sign_and_record(p_nav jsonb, p_llm_text text, p_llm_name text, p_model querylayer.semantic_models,
+                                           p_rights_id uuid, p_purpose text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_key       querylayer.server_keys := querylayer.server_key();
+    v_principal text := querylayer.acting_principal();
+    v_recipient text;
+    v_signed    jsonb;
+    v_answer    uuid;
+    v_event     uuid;
+BEGIN
+    SELECT coalesce(c.did, v_principal) INTO v_recipient FROM querylayer.connections c WHERE c.id = querylayer.ctx_connection_id();
+    v_signed := querylayer.sign_answer(p_nav, p_llm_text, p_llm_name, p_model.name, v_principal, v_recipient,
+                                       v_key.secret, querylayer.utc_text(clock_timestamp()));
+    INSERT INTO querylayer.answers (site_id, connection_id, agent_id, principal, purpose, question, answer, synthesized_by,
+                                    model_id, rights_id, plans, denied_sources, envelope, server_key_id)
+    VALUES (querylayer.ctx_site_id(), querylayer.ctx_connection_id(), querylayer.ctx_agent_id(), v_principal, p_purpose,
+            v_signed->>'question', v_signed->>'answer', v_signed->>'synthesized_by', p_model.id, p_rights_id,
+            v_signed->'plans', v_signed->'denied_sources', v_signed->'envelope', v_key.id)
+    RETURNING id INTO v_answer;
+    PERFORM querylayer.record_receipts(v_signed->'receipts', 'answer', p_purpose, v_answer, p_rights_id);
+    v_event := querylayer.record_event(v_signed->>'openlineage_text', v_signed->'attestation', v_answer, NULL, v_key.id);
+    PERFORM querylayer.audit('semantics.answer', v_answer::text,
+        jsonb_build_object('denied', jsonb_array_length(v_signed->'denied_sources'), 'synthesized_by', v_signed->>'synthesized_by'));
+    RETURN (v_signed - 'prompt') || jsonb_build_object('answer_id', v_answer, 'lineage_event_id', v_event,
+                                                       'server_did', v_key.did_key, 'model_version', p_model.version);
+END
+$$;
+
+-- -------------------------------------------------------------------------------------------
+-- The callable surface (connection context). Reading the plane needs content:read; importing a
+-- model needs content:write. Every decision made for the caller is a receipt.
+
+CREATE FUNCTION querylayer_api.import_semantic_model(p_document text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_parsed jsonb;
+    v        querylayer.semantic_models;
+BEGIN
+    PERFORM querylayer.require_connection('content:write');
+    IF p_document IS NULL OR length(p_document) > 5000000 THEN
+        RAISE EXCEPTION 'document: an OSI document of at most 5 MB is required' USING ERRCODE = '22023';
+    END IF;
+    v_parsed := querylayer.osi_parse(p_document);
+    IF NOT (v_parsed->>'ok')::boolean THEN
+        RAISE EXCEPTION 'the OSI document is invalid: %',
+            (SELECT string_agg(e, '; ') FROM (SELECT e FROM jsonb_array_elements_text(v_parsed->'errors') e LIMIT 20) x)
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO querylayer.semantic_models (site_id, version, name, document, source_sha256, imported_by, connection_id)
+    VALUES (querylayer.ctx_site_id(),
+            coalesce((SELECT max(version) FROM querylayer.semantic_models WHERE site_id = querylayer.ctx_site_id()), 0) + 1,
+            v_parsed->>'name', v_parsed->'model', encode(sha256(convert_to(p_document, 'UTF8')), 'hex'),
+            'connection:' || querylayer.ctx_connection_id(), querylayer.ctx_connection_id())
+    RETURNING * INTO v;
+    PERFORM querylayer.audit('semantics.import_model', v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
+    RETURN jsonb_build_object('model_id', v.id, 'name', v.name, 'version', v.version, 'source_sha256', v.source_sha256,
+        'datasets', jsonb_array_length(v.document->'semantic_model'->'datasets'),
+        'metrics', jsonb_array_length(v.document->'semantic_model'->'metrics'), 'imported_at', v.imported_at);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.get_semantic_model() RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v querylayer.semantic_models;
+BEGIN
+    PERFORM querylayer.require_principal('content:read');
+    v := querylayer.current_model();
+    RETURN jsonb_build_object('model_id', v.id, 'name', v.name, 'version', v.version, 'imported_at', v.imported_at,
+                              'document', v.document);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.search_semantic_model(p_text text) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v querylayer.semantic_models;
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    IF p_text IS NULL OR length(p_text) NOT BETWEEN 1 AND 2000 THEN
+        RAISE EXCEPTION 'text: 1 to 2000 characters are required' USING ERRCODE = '22023';
+    END IF;
+    v := querylayer.current_model();
+    RETURN jsonb_build_object('model', v.name, 'version', v.version, 'text', p_text,
+                              'matches', querylayer.model_search(v.document, p_text));
+END
+$$;
+
+CREATE FUNCTION querylayer_api.resolve_metric(p_name text, p_dialect text DEFAULT 'SAIL_SQL') RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v querylayer.semantic_models;
+    r jsonb;
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    v := querylayer.current_model();
+    r := querylayer.model_resolve_metric(v.document, p_name, coalesce(p_dialect, 'SAIL_SQL'));
+    IF r ? 'error' THEN
+        RAISE EXCEPTION '%', r->>'error' USING ERRCODE = 'QL404';
+    END IF;
+    RETURN r;
+END
+$$;
+
+-- RBAC AND ODRL for the calling agent on one resource; the decision is recorded as a receipt.
+CREATE FUNCTION querylayer_api.check_access(p_resource text, p_action text DEFAULT 'read', p_purpose text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_rights querylayer.rights_documents := querylayer.current_rights();
+    v        jsonb;
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    IF p_resource IS NULL OR length(p_resource) NOT BETWEEN 1 AND 500 THEN
+        RAISE EXCEPTION 'resource: 1 to 500 characters are required' USING ERRCODE = '22023';
+    END IF;
+    v := querylayer.rights_decide(querylayer.rights_or_empty(v_rights), querylayer.acting_principal(), p_resource,
+                                  coalesce(p_action, 'read'), p_purpose, querylayer.utc_text(clock_timestamp()));
+    PERFORM querylayer.record_receipts(jsonb_build_array(v->'receipt'), 'check_access', p_purpose, NULL, v_rights.id);
+    RETURN v;
+END
+$$;
+
+CREATE FUNCTION querylayer_api.build_navigator_bundle(p_purpose text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_model  querylayer.semantic_models := querylayer.current_model();
+    v_rights querylayer.rights_documents := querylayer.current_rights();
+    v        jsonb;
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    v := querylayer.model_bundle(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
+                                 p_purpose, querylayer.utc_text(clock_timestamp()));
+    PERFORM querylayer.record_receipts(v->'receipts', 'bundle', p_purpose, NULL, v_rights.id);
+    RETURN v || jsonb_build_object('model_version', v_model.version);
+END
+$$;
+
+-- The navigator loop, deterministic: search → gate → plan → synthesize → sign and record.
+CREATE FUNCTION querylayer_api.answer_question(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_model  querylayer.semantic_models;
+    v_rights querylayer.rights_documents;
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    IF p_question IS NULL OR length(p_question) > 4000 THEN
+        RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
+    END IF;
+    v_model := querylayer.current_model();
+    v_rights := querylayer.current_rights();
+    RETURN querylayer.sign_and_record(
+        querylayer.navigate(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
+                            p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp())),
+        NULL, NULL, v_model, v_rights.id, p_purpose);
+END
+$$;
+
+-- The same loop with an LLM on the edge: the database governs (search, gate, plan) and returns
+-- the prompt — in which denied datasets appear by name as off-limits and no denied source
+-- location appears at all — and signs whatever text comes back with complete_answer.
+CREATE FUNCTION querylayer_api.prepare_answer(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_model  querylayer.semantic_models;
+    v_rights querylayer.rights_documents;
+    v_nav    jsonb;
+    v_id     uuid;
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    IF p_question IS NULL OR length(p_question) > 4000 THEN
+        RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
+    END IF;
+    v_model := querylayer.current_model();
+    v_rights := querylayer.current_rights();
+    v_nav := querylayer.navigate(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
+                                 p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp()));
+    INSERT INTO querylayer.answer_drafts (site_id, connection_id, purpose, navigation, model_id, rights_id)
+    VALUES (querylayer.ctx_site_id(), querylayer.ctx_connection_id(), p_purpose, v_nav, v_model.id, v_rights.id)
+    RETURNING id INTO v_id;
+    RETURN jsonb_build_object('draft_id', v_id, 'prompt', v_nav->>'prompt', 'plans', jsonb_array_length(v_nav->'plans'));
+END
+$$;
+
+CREATE FUNCTION querylayer_api.complete_answer(p_draft_id uuid, p_text text, p_synthesized_by text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_draft querylayer.answer_drafts;
+    v_model querylayer.semantic_models;
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    SELECT * INTO v_draft FROM querylayer.answer_drafts WHERE id = p_draft_id FOR UPDATE;
+    IF NOT FOUND OR v_draft.connection_id <> querylayer.ctx_connection_id() THEN
+        RAISE EXCEPTION 'no answer draft % for this connection', p_draft_id USING ERRCODE = 'QL404';
+    END IF;
+    IF v_draft.completed_at IS NOT NULL THEN
+        RAISE EXCEPTION 'answer draft % is already completed', p_draft_id USING ERRCODE = 'QL409';
+    END IF;
+    IF p_text IS NULL OR length(p_text) NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'text: the synthesized answer is required' USING ERRCODE = '22023';
+    END IF;
+    UPDATE querylayer.answer_drafts SET completed_at = now() WHERE id = v_draft.id;
+    SELECT * INTO v_model FROM querylayer.semantic_models WHERE id = v_draft.model_id;
+    RETURN querylayer.sign_and_record(v_draft.navigation, p_text, coalesce(p_synthesized_by, 'llm'), v_model,
+                                      v_draft.rights_id, v_draft.purpose);
+END
+$$;
+
+-- The resilience-desk story: every specialist is a registered agent (by principal) gated by the
+-- site's rights; each gets a receipt, a COMPLETE OpenLineage event and an attestation.
+CREATE FUNCTION querylayer_api.run_qglake_story() RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_key     querylayer.server_keys := querylayer.server_key();
+    v_rights  querylayer.rights_documents;
+    v_missing text;
+    v_run     jsonb;
+    r         jsonb;
+    i         integer := 0;
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    SELECT s->>'principal' INTO v_missing
+      FROM jsonb_array_elements(querylayer.story_roster()->'specialists') s
+     WHERE NOT EXISTS (SELECT 1 FROM querylayer.agents a
+                        WHERE a.organization_id = querylayer.ctx_organization_id() AND a.principal = s->>'principal')
+     LIMIT 1;
+    IF v_missing IS NOT NULL THEN
+        RAISE EXCEPTION 'the story''s specialist % is not a registered agent of this organization', v_missing
+            USING ERRCODE = 'QL404', HINT = 'querylayer admin seed-demo registers the roster';
+    END IF;
+    SELECT * INTO v_rights FROM querylayer.rights_documents
+     WHERE site_id = querylayer.ctx_site_id() AND document->'odrl'->>'uid' = 'urn:querylayer:policy:resilience-desk-story'
+     ORDER BY version DESC LIMIT 1;
+    v_run := querylayer.run_story(v_rights.document, v_key.secret, querylayer.utc_text(clock_timestamp()));
+    FOR r IN SELECT * FROM jsonb_array_elements(v_run->'responses') LOOP
+        PERFORM querylayer.record_receipts(jsonb_build_array(r->'receipt'), 'story', v_run->'prompt'->>'purpose', NULL, v_rights.id);
+        PERFORM querylayer.record_event(v_run->'openlineage_texts'->>i, r->'attestation', NULL, r->>'agent', v_key.id);
+        i := i + 1;
+    END LOOP;
+    PERFORM querylayer.audit('semantics.story', NULL, jsonb_build_object('specialists', i));
+    RETURN v_run - 'openlineage_texts' || jsonb_build_object('server_did', v_key.did_key);
+END
+$$;
+
+-- The public key material: the current did:key and every earlier one (for verifying older
+-- attestations). Callable without a context: these are public.
+CREATE FUNCTION querylayer_api.server_keys() RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT jsonb_build_object(
+        'current', (SELECT did_key FROM querylayer.server_keys WHERE retired_at IS NULL),
+        'keys', (SELECT jsonb_agg(jsonb_build_object('did_key', did_key, 'created_at', created_at, 'retired_at', retired_at)
+                                  ORDER BY created_at) FROM querylayer.server_keys))
+$$;
+
+-- Every stored lineage event with its attestation, for auditors and tests (connection context).
+CREATE FUNCTION querylayer_api.list_lineage(p_answer_id uuid DEFAULT NULL, p_limit integer DEFAULT 50) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_principal('runs:read');
+    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                'lineage_event_id', e.id, 'answer_id', e.answer_id, 'story_agent', e.story_agent, 'run_id', e.run_id,
+                'event_text', e.event::text, 'event_sha256', e.event_sha256, 'attestation', a.attestation,
+                'server_did', k.did_key, 'created_at', e.created_at) ORDER BY e.chain_seq), '[]')
+              FROM (SELECT * FROM querylayer.lineage_events WHERE site_id = querylayer.ctx_site_id()
+                      AND (p_answer_id IS NULL OR answer_id = p_answer_id) ORDER BY chain_seq DESC LIMIT p_limit) e
+              JOIN querylayer.attestations a ON a.lineage_event_id = e.id
+              JOIN querylayer.server_keys k ON k.id = a.server_key_id);
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION querylayer_api.import_semantic_model, querylayer_api.get_semantic_model,
+    querylayer_api.search_semantic_model, querylayer_api.resolve_metric, querylayer_api.check_access,
+    querylayer_api.build_navigator_bundle, querylayer_api.answer_question, querylayer_api.prepare_answer,
+    querylayer_api.complete_answer, querylayer_api.run_qglake_story, querylayer_api.server_keys,
+    querylayer_api.list_lineage TO querylayer_edge;
+
+-- -------------------------------------------------------------------------------------------
+-- Operators.
+
+CREATE FUNCTION querylayer_api.import_rights(p_site text, p_document text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site   querylayer.sites;
+    v_parsed jsonb := querylayer.rights_parse(p_document);
+    v        querylayer.rights_documents;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    IF v_parsed->'document' = 'null'::jsonb THEN
+        RAISE EXCEPTION 'the rights document is not JSON: %', v_parsed->'problems'->>0 USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO querylayer.rights_documents (site_id, version, document, problems, imported_by)
+    VALUES (v_site.id, coalesce((SELECT max(version) FROM querylayer.rights_documents WHERE site_id = v_site.id), 0) + 1,
+            v_parsed->'document', v_parsed->'problems', 'operator:' || querylayer.outer_user())
+    RETURNING * INTO v;
+    PERFORM querylayer.audit('semantics.import_rights', v.id::text, jsonb_build_object('version', v.version,
+        'problems', jsonb_array_length(v.problems)));
+    -- A document with problems is stored (for the record) but makes every decision deny.
+    RETURN jsonb_build_object('rights_id', v.id, 'site', v_site.slug, 'version', v.version, 'problems', v.problems);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.import_semantic_model_as_operator(p_site text, p_document text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site   querylayer.sites;
+    v_parsed jsonb := querylayer.osi_parse(p_document);
+    v        querylayer.semantic_models;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    IF NOT (v_parsed->>'ok')::boolean THEN
+        RAISE EXCEPTION 'the OSI document is invalid: %',
+            (SELECT string_agg(e, '; ') FROM jsonb_array_elements_text(v_parsed->'errors') e) USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO querylayer.semantic_models (site_id, version, name, document, source_sha256, imported_by)
+    VALUES (v_site.id, coalesce((SELECT max(version) FROM querylayer.semantic_models WHERE site_id = v_site.id), 0) + 1,
+            v_parsed->>'name', v_parsed->'model', encode(sha256(convert_to(p_document, 'UTF8')), 'hex'),
+            'operator:' || querylayer.outer_user())
+    RETURNING * INTO v;
+    PERFORM querylayer.audit('semantics.import_model', v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
+    RETURN jsonb_build_object('model_id', v.id, 'site', v_site.slug, 'name', v.name, 'version', v.version);
+END
+$$;
+
+-- Rotates the server key: the current key retires (earlier attestations stay verifiable
+-- against it) and a new one is generated here.
+CREATE FUNCTION querylayer_api.rotate_server_key() RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    UPDATE querylayer.server_keys SET retired_at = clock_timestamp() WHERE retired_at IS NULL;
+    INSERT INTO querylayer.server_keys (did_key, secret, origin)
+    SELECT querylayer.key_did(s), s, 'generated' FROM (SELECT querylayer.new_key_secret() AS s) k;
+    PERFORM querylayer.audit('server_key.rotate', NULL, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
+    RETURN querylayer_api.server_keys();
+END
+$$;
+
+-- Installs an operator-supplied key (32-byte Ed25519 secret, hex). The secret travels as a
+-- statement parameter: run it with statement logging off.
+CREATE FUNCTION querylayer_api.set_server_key(p_secret_hex text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_secret bytea;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    IF p_secret_hex IS NULL OR p_secret_hex !~ '^[0-9a-fA-F]{64}$' THEN
+        RAISE EXCEPTION 'secret: 64 hex characters (a 32-byte Ed25519 secret) are required' USING ERRCODE = '22023';
+    END IF;
+    v_secret := decode(p_secret_hex, 'hex');
+    UPDATE querylayer.server_keys SET retired_at = clock_timestamp() WHERE retired_at IS NULL;
+    INSERT INTO querylayer.server_keys (did_key, secret, origin) VALUES (querylayer.key_did(v_secret), v_secret, 'operator');
+    PERFORM querylayer.audit('server_key.set', NULL, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
+    RETURN querylayer_api.server_keys();
+END
+$$;
+
+-- The demo's semantics: the resilience-desk model and rights, the story's rights, and the
+-- story roster registered as agents (by their rights principals). Idempotent.
+CREATE FUNCTION querylayer.seed_demo_semantics(p_site_id uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_docs jsonb := querylayer.demo_documents();
+    s      jsonb;
+    v_org  uuid;
+BEGIN
+    PERFORM querylayer.enter_operator(p_site_id);
+    SELECT organization_id INTO v_org FROM querylayer.sites WHERE id = p_site_id;
+    IF NOT EXISTS (SELECT 1 FROM querylayer.semantic_models WHERE site_id = p_site_id) THEN
+        PERFORM querylayer_api.import_semantic_model_as_operator('demo', v_docs->>'model');
+        PERFORM querylayer_api.import_rights('demo', v_docs->>'story_rights');
+        PERFORM querylayer_api.import_rights('demo', v_docs->>'rights');
+    END IF;
+    FOR s IN SELECT * FROM jsonb_array_elements(querylayer.story_roster()->'specialists') LOOP
+        IF NOT EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_org AND principal = s->>'principal') THEN
+            PERFORM querylayer_api.create_agent('demo', lower(regexp_replace(s->>'name', '([a-z])([A-Z])', '\1-\2', 'g')),
+                                                'generic', NULL, NULL, s->>'principal');
+        END IF;
+    END LOOP;
+END
+$$;
