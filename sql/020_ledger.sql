@@ -48,9 +48,12 @@ $$;
 
 -- The hashed content of a record: the row as jsonb (UTC timestamps) minus the chain columns.
 CREATE FUNCTION querylayer.ledger_content(p_row jsonb) RETURNS bytea
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN (
     SELECT pg_catalog.sha256(pg_catalog.convert_to(
-        (p_row - 'chain_seq' - 'prev_sha256' - 'content_sha256' - 'record_sha256')::text, 'UTF8'))
+        (p_row - 'chain_seq' - 'prev_sha256' - 'content_sha256' - 'record_sha256')::text, 'UTF8')));
+END
 $$;
 
 CREATE FUNCTION querylayer.chain_append() RETURNS trigger

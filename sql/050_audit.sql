@@ -30,7 +30,8 @@ SELECT querylayer.make_append_only('querylayer.audit_events');
 -- Appends one audit record attributed to the current context.
 CREATE FUNCTION querylayer.audit(p_action text, p_target text DEFAULT NULL,
                                  p_detail jsonb DEFAULT '{}', p_outcome text DEFAULT 'ok') RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO querylayer.audit_events (site_id, organization_id, principal_kind, agent_id, connection_id,
                                          member_id, operator_role, action, outcome, target, detail)
     VALUES (querylayer.ctx_site_id(), querylayer.ctx_organization_id(),
@@ -38,12 +39,15 @@ LANGUAGE sql AS $$
                                        WHEN 'operator' THEN 'operator' ELSE 'anonymous' END,
             querylayer.ctx_agent_id(), querylayer.ctx_connection_id(), querylayer.ctx_member_id(),
             CASE WHEN querylayer.ctx_is_operator() THEN querylayer.outer_user() END,
-            p_action, p_outcome, p_target, coalesce(p_detail, '{}'))
+            p_action, p_outcome, p_target, coalesce(p_detail, '{}'));
+END
 $$;
 
 -- Called by the extension (record_failed_authentication) with no context held.
 CREATE FUNCTION querylayer.audit_failed_authentication(p_detail jsonb) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO querylayer.audit_events (site_id, principal_kind, action, outcome, detail)
-    VALUES (NULL, 'anonymous', 'authenticate', 'denied', p_detail)
+    VALUES (NULL, 'anonymous', 'authenticate', 'denied', p_detail);
+END
 $$;

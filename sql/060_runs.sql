@@ -84,7 +84,19 @@ DECLARE
     v_outcome text;
     v_missing text[];
 BEGIN
-    SELECT * INTO v_run FROM querylayer.runs WHERE id = NEW.run_id FOR UPDATE;
+    -- Records of one run serialize against its finish: artifacts share the run's lock, the
+    -- finish takes it alone. (An advisory lock: no row is rewritten to take it.)
+    -- (NEW.kind exists on run_events only, hence the nested test.)
+    v_outcome := NULL;
+    IF TG_TABLE_NAME = 'run_events' THEN
+        v_outcome := NEW.kind;
+    END IF;
+    IF v_outcome = 'finished' THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(NEW.run_id::text, 7));
+    ELSE
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtextextended(NEW.run_id::text, 7));
+    END IF;
+    SELECT * INTO v_run FROM querylayer.runs WHERE id = NEW.run_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', NEW.run_id USING ERRCODE = 'QL404';
     END IF;
@@ -121,10 +133,13 @@ CREATE TRIGGER aa_run_records_guard BEFORE INSERT ON querylayer.run_artifacts
 ALTER TABLE querylayer.run_artifacts ENABLE ALWAYS TRIGGER aa_run_records_guard;
 
 CREATE FUNCTION querylayer.missing_outputs(p_run querylayer.runs) RETURNS text[]
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     SELECT coalesce(array_agg(k ORDER BY k), '{}')
       FROM unnest(p_run.required_outputs) AS k
-     WHERE NOT EXISTS (SELECT 1 FROM querylayer.run_artifacts a WHERE a.run_id = p_run.id AND a.key = k)
+     WHERE NOT EXISTS (SELECT 1 FROM querylayer.run_artifacts a WHERE a.run_id = p_run.id AND a.key = k));
+END
 $$;
 
 -- Affected content objects: [{"type": "...", "id": "..."}, ...].
@@ -167,7 +182,9 @@ END
 $$;
 
 CREATE FUNCTION querylayer.run_json(p_run querylayer.runs) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     SELECT jsonb_build_object(
         'run_id', p_run.id, 'run_type', p_run.run_type, 'harness', p_run.harness,
         'agent_id', p_run.agent_id, 'connection_id', p_run.connection_id,
@@ -181,7 +198,8 @@ LANGUAGE sql STABLE AS $$
         'artifact_keys', (SELECT coalesce(jsonb_agg(a.key ORDER BY a.key), '[]')
                             FROM querylayer.run_artifacts a WHERE a.run_id = p_run.id))
       FROM (SELECT 1) AS one
-      LEFT JOIN querylayer.run_events f ON f.run_id = p_run.id AND f.kind = 'finished'
+      LEFT JOIN querylayer.run_events f ON f.run_id = p_run.id AND f.kind = 'finished');
+END
 $$;
 
 -- -------------------------------------------------------------------------------------------
@@ -241,7 +259,10 @@ BEGIN
     IF v_run.connection_id <> querylayer.ctx_connection_id() THEN
         RAISE EXCEPTION 'run % belongs to another connection', p_run_id USING ERRCODE = 'QL403';
     END IF;
-    PERFORM querylayer.check_keys(ARRAY[p_key], 'key');
+    IF p_key IS NULL OR p_key !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$' THEN
+        RAISE EXCEPTION 'key: invalid key % (letters, digits and _.:/-, at most 128)', coalesce(quote_literal(p_key), 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
     IF p_value IS NULL THEN
         RAISE EXCEPTION 'an artifact needs a JSON value' USING ERRCODE = '22023';
     END IF;
@@ -286,7 +307,8 @@ BEGIN
         RAISE EXCEPTION 'reasons must be a JSON array' USING ERRCODE = '22023';
     END IF;
     -- Lock first: the completion check and the finish must see the same artifacts.
-    SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id FOR UPDATE;
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(p_run_id::text, 7));
+    SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
     END IF;

@@ -159,7 +159,9 @@ DECLARE
     v_run querylayer.runs;
 BEGIN
     IF NEW.author_kind = 'agent' THEN
-        SELECT * INTO v_run FROM querylayer.runs WHERE id = NEW.run_id FOR SHARE;
+        -- Shares the run's lock with its other records; a finish waits for this transaction.
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtextextended(NEW.run_id::text, 7));
+        SELECT * INTO v_run FROM querylayer.runs WHERE id = NEW.run_id;
         IF NOT FOUND OR v_run.connection_id <> NEW.connection_id OR v_run.agent_id <> NEW.agent_id
            OR v_run.site_id <> NEW.site_id THEN
             RAISE EXCEPTION 'agent work must belong to an open run of the same connection' USING ERRCODE = 'QL403',
@@ -235,7 +237,9 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 CREATE FUNCTION querylayer.content_json(p_item querylayer.content_items) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     SELECT jsonb_build_object(
         'content_id', p_item.id, 'slug', p_item.slug, 'template', p_item.template_name,
         'title', d.fields->>'title', 'state', querylayer.content_state(p_item),
@@ -245,7 +249,8 @@ LANGUAGE sql STABLE AS $$
         'has_unpublished_changes', p_item.draft_revision_id IS DISTINCT FROM p_item.published_revision_id,
         'updated_at', p_item.updated_at)
       FROM (SELECT 1) one
-      LEFT JOIN querylayer.content_revisions d ON d.id = p_item.draft_revision_id
+      LEFT JOIN querylayer.content_revisions d ON d.id = p_item.draft_revision_id);
+END
 $$;
 
 CREATE FUNCTION querylayer.newest_template(p_site_id uuid, p_name text) RETURNS querylayer.templates

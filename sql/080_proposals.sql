@@ -300,7 +300,9 @@ END
 $$;
 
 CREATE FUNCTION querylayer.proposal_json(p_id uuid) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     SELECT jsonb_build_object(
         'proposal_id', p.id, 'type', p.type, 'risk', p.risk,
         'state', CASE WHEN d.id IS NULL THEN 'pending' WHEN d.decision = 'rejected' THEN 'rejected'
@@ -322,7 +324,8 @@ LANGUAGE sql STABLE AS $$
       FROM querylayer.proposals p
       LEFT JOIN querylayer.proposal_decisions d ON d.proposal_id = p.id
       LEFT JOIN querylayer.proposal_executions e ON e.proposal_id = p.id
-     WHERE p.id = p_id
+     WHERE p.id = p_id);
+END
 $$;
 
 CREATE FUNCTION querylayer.proposal_state_filter(p_state text) RETURNS text

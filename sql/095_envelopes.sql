@@ -16,17 +16,23 @@ INSERT INTO querylayer.settings (key, value) VALUES
     ('form_rejected_retention_days', '30');
 
 CREATE FUNCTION querylayer.setting_int(p_key text) RETURNS integer
-LANGUAGE sql STABLE AS $$
-    SELECT (value #>> '{}')::integer FROM querylayer.settings WHERE key = p_key
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+    SELECT (value #>> '{}')::integer FROM querylayer.settings WHERE key = p_key);
+END
 $$;
 
 CREATE FUNCTION querylayer.envelope_settings() RETURNS jsonb
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     SELECT jsonb_build_object(
         'server_did', (SELECT value #>> '{}' FROM querylayer.settings WHERE key = 'server_did'),
         'require_v2', (SELECT (value #>> '{}')::boolean FROM querylayer.settings WHERE key = 'envelope_require_v2'),
         'freshness_seconds', (SELECT (value #>> '{}')::bigint FROM querylayer.settings WHERE key = 'envelope_freshness_seconds'),
-        'now', floor(extract(epoch FROM clock_timestamp()))::bigint)
+        'now', floor(extract(epoch FROM clock_timestamp()))::bigint));
+END
 $$;
 
 -- A connection's did:key. The newest binding of a key wins; binding a key that a live
@@ -94,11 +100,13 @@ CREATE POLICY receipts_write ON querylayer.envelope_receipts FOR INSERT
 SELECT querylayer.make_append_only('querylayer.envelope_receipts');
 
 CREATE FUNCTION querylayer.record_envelope_receipt(p jsonb) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO querylayer.envelope_receipts (site_id, connection_id, allowed, path, method, profile, sender, error, checks)
     VALUES (CASE WHEN (p->>'allowed')::boolean THEN querylayer.ctx_site_id() END,
             (p->>'connection_id')::uuid, (p->>'allowed')::boolean, p->>'path', p->>'method',
-            p->>'profile', p->>'sender', p->>'error', p->'checks')
+            p->>'profile', p->>'sender', p->>'error', p->'checks');
+END
 $$;
 
 -- -------------------------------------------------------------------------------------------

@@ -206,7 +206,9 @@ ALTER TABLE querylayer.task_plans ENABLE ALWAYS TRIGGER task_plans_guard;
 -- Why a conversation cannot be acted on now, or NULL: its profile must still resolve to exactly
 -- its agent (by immutable id), and its Hermes session must be registered and not ended.
 CREATE FUNCTION querylayer.conversation_problem(p_conv querylayer.console_conversations) RETURNS text
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     SELECT CASE
         WHEN (SELECT count(*) FROM querylayer.agents a WHERE a.profile_id = p_conv.profile_id) = 0
             THEN format('profile %s is unknown', p_conv.profile_id)
@@ -217,22 +219,28 @@ LANGUAGE sql STABLE AS $$
         WHEN NOT EXISTS (SELECT 1 FROM querylayer.agent_sessions s
                           WHERE s.site_id = p_conv.site_id AND s.session_id = p_conv.session_id AND s.ended_at IS NULL)
             THEN format('session %s is missing or ended', p_conv.session_id)
-    END
+    END);
+END
 $$;
 
 CREATE FUNCTION querylayer.turn_json(p_turn_id uuid) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     SELECT jsonb_build_object(
         'turn_id', t.id, 'conversation_id', t.conversation_id, 'request', t.request, 'state', t.state,
         'created_at', t.created_at, 'claimed_at', t.claimed_at, 'ended_at', t.ended_at, 'outcome', t.outcome,
         'failure_reason', t.failure_reason, 'result', t.result,
         'session_id', c.session_id, 'profile_id', c.profile_id, 'conversation_title', c.title)
       FROM querylayer.console_turns t JOIN querylayer.console_conversations c ON c.id = t.conversation_id
-     WHERE t.id = p_turn_id
+     WHERE t.id = p_turn_id);
+END
 $$;
 
 CREATE FUNCTION querylayer.plan_json(p_plan_id uuid) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     SELECT jsonb_build_object(
         'plan_id', p.id, 'turn_id', p.turn_id, 'version', p.version, 'goal', p.goal, 'state', p.state,
         'profile_id', p.profile_id, 'session_id', p.session_id, 'created_at', p.created_at,
@@ -243,7 +251,8 @@ LANGUAGE sql STABLE AS $$
                       'retry_count', s.retry_count, 'run_id', s.run_id, 'proposal_id', s.proposal_id,
                       'result', s.result, 'failure_reason', s.failure_reason) ORDER BY s.ordinal), '[]')
                     FROM querylayer.task_steps s WHERE s.plan_id = p.id))
-      FROM querylayer.task_plans p WHERE p.id = p_plan_id
+      FROM querylayer.task_plans p WHERE p.id = p_plan_id);
+END
 $$;
 
 -- Fails a plan closed: the reason is stored, every step that has not finished is cancelled.
@@ -364,8 +373,13 @@ END
 $$;
 
 CREATE FUNCTION querylayer.current_plan(p_turn_id uuid) RETURNS querylayer.task_plans
-LANGUAGE sql STABLE AS $$
-    SELECT * FROM querylayer.task_plans WHERE turn_id = p_turn_id ORDER BY version DESC LIMIT 1
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v querylayer.task_plans;
+BEGIN
+    SELECT * INTO v FROM querylayer.task_plans WHERE turn_id = p_turn_id ORDER BY version DESC LIMIT 1;
+    RETURN v;
+END
 $$;
 
 -- -------------------------------------------------------------------------------------------

@@ -68,7 +68,9 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 CREATE FUNCTION querylayer.package_json(p_id uuid) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
     SELECT jsonb_build_object(
         'package_id', p.id, 'name', p.name, 'source', p.source, 'package_sha256', p.package_sha256,
         'record_count', p.record_count, 'invalid_count', p.invalid_count, 'warnings', p.warnings,
@@ -77,7 +79,8 @@ LANGUAGE sql STABLE AS $$
                         'record_sha256', r.record_sha256, 'valid', r.valid, 'problems', r.problems, 'warnings', r.warnings)
                         ORDER BY r.ordinal), '[]')
                       FROM querylayer.content_source_records r WHERE r.package_id = p.id))
-      FROM querylayer.content_source_packages p WHERE p.id = p_id
+      FROM querylayer.content_source_packages p WHERE p.id = p_id);
+END
 $$;
 
 CREATE FUNCTION querylayer_api.stage_content_source_package(p_run_id uuid, p_name text, p_records jsonb, p_source text DEFAULT NULL)

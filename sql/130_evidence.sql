@@ -79,9 +79,11 @@ CREATE UNIQUE INDEX evidence_reviews_one_open ON querylayer.evidence_reviews (ev
 SELECT querylayer.isolate_by_site('querylayer.evidence_reviews');
 
 CREATE FUNCTION querylayer.schedule_evidence_job(p_evidence_id uuid, p_site_id uuid, p_due_at timestamptz) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO querylayer.evidence_jobs (site_id, evidence_id, due_at) VALUES (p_site_id, p_evidence_id, p_due_at)
-    ON CONFLICT DO NOTHING
+    ON CONFLICT DO NOTHING;
+END
 $$;
 
 -- -------------------------------------------------------------------------------------------

@@ -22,13 +22,21 @@ INSERT INTO querylayer.server_keys (did_key, secret, origin)
 SELECT querylayer.key_did(s), s, 'generated' FROM (SELECT querylayer.new_key_secret() AS s) k;
 
 CREATE FUNCTION querylayer.server_key() RETURNS querylayer.server_keys
-LANGUAGE sql STABLE AS $$
-    SELECT * FROM querylayer.server_keys WHERE retired_at IS NULL
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v querylayer.server_keys;
+BEGIN
+    SELECT * INTO v FROM querylayer.server_keys WHERE retired_at IS NULL;
+    RETURN v;
+END
 $$;
 
 CREATE FUNCTION querylayer.utc_text(p_t timestamptz) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT to_char(p_t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+    SELECT to_char(p_t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'));
+END
 $$;
 
 CREATE TABLE querylayer.semantic_models (
@@ -188,14 +196,22 @@ END
 $$;
 
 CREATE FUNCTION querylayer.current_rights() RETURNS querylayer.rights_documents
-LANGUAGE sql STABLE AS $$
-    SELECT * FROM querylayer.rights_documents WHERE site_id = querylayer.ctx_site_id() ORDER BY version DESC LIMIT 1
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v querylayer.rights_documents;
+BEGIN
+    SELECT * INTO v FROM querylayer.rights_documents WHERE site_id = querylayer.ctx_site_id() ORDER BY version DESC LIMIT 1;
+    RETURN v;
+END
 $$;
 
 -- The acting agent's rights subject.
 CREATE FUNCTION querylayer.acting_principal() RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT principal FROM querylayer.agents WHERE id = querylayer.ctx_agent_id()
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+    SELECT principal FROM querylayer.agents WHERE id = querylayer.ctx_agent_id());
+END
 $$;
 
 -- With no rights document every decision denies (the engine reads an empty document as such).
@@ -205,12 +221,14 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 CREATE FUNCTION querylayer.record_receipts(p_receipts jsonb, p_for text, p_purpose text, p_answer_id uuid, p_rights_id uuid) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO querylayer.access_receipts (site_id, principal, resource, action, purpose, allowed, reason, policy_id, issued_at,
                                             decided_for, answer_id, rights_id, connection_id)
     SELECT querylayer.ctx_site_id(), r->>'principal', r->>'resource', r->>'action', p_purpose, (r->>'allowed')::boolean,
            r->>'reason', r->>'policy_id', r->>'issued_at', p_for, p_answer_id, p_rights_id, querylayer.ctx_connection_id()
-      FROM jsonb_array_elements(p_receipts) WITH ORDINALITY AS x(r, o) ORDER BY o
+      FROM jsonb_array_elements(p_receipts) WITH ORDINALITY AS x(r, o) ORDER BY o;
+END
 $$;
 
 CREATE FUNCTION querylayer.record_event(p_event_text text, p_attestation jsonb, p_answer_id uuid, p_story_agent text,

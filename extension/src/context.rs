@@ -48,6 +48,9 @@ struct RequestContext {
 }
 
 thread_local! {
+    /// Saved SPI plans of the authentication queries: planned once per backend, not per call.
+    static PLANS: RefCell<std::collections::HashMap<&'static str, std::rc::Rc<pgrx::spi::OwnedPreparedStatement>>> =
+        RefCell::new(std::collections::HashMap::new());
     static CONTEXT: RefCell<Option<RequestContext>> = const { RefCell::new(None) };
     /// The fingerprint being resolved right now; row-level security on `credentials` shows only it.
     static PRESENTED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
@@ -293,6 +296,20 @@ fn uuid_field(v: &Value, key: &str) -> Option<Uuid> {
     Some(Uuid::from_bytes(bytes))
 }
 
+/// The saved plan of `sql` (one bytea or uuid parameter), prepared on first use.
+fn plan(client: &pgrx::spi::SpiClient<'_>, sql: &'static str, arg: pg_sys::Oid) -> std::rc::Rc<pgrx::spi::OwnedPreparedStatement> {
+    if let Some(p) = PLANS.with(|m| m.borrow().get(sql).cloned()) {
+        return p;
+    }
+    let prepared = client
+        .prepare(sql, &[pgrx::PgOid::from(arg)])
+        .unwrap_or_else(|e| error!("querylayer: cannot prepare an authentication query: {e}"))
+        .keep();
+    let prepared = std::rc::Rc::new(prepared);
+    PLANS.with(|m| m.borrow_mut().insert(sql, prepared.clone()));
+    prepared
+}
+
 /// Looks the fingerprint up and asks SQL whether its subject is live. Leaves a `Resolving`
 /// context behind; callers replace or clear it.
 pub(crate) fn resolve(credential: Credential, fingerprint: &[u8]) -> Resolution {
@@ -301,7 +318,8 @@ pub(crate) fn resolve(credential: Credential, fingerprint: &[u8]) -> Resolution 
     }
     PRESENTED.with(|p| *p.borrow_mut() = Some(fingerprint.to_vec()));
     let found: Option<(Uuid, Uuid, Uuid)> = Spi::connect(|client| {
-        let rows = client.select(credential.lookup(), Some(1), &[fingerprint.into()])?;
+        let lookup = plan(client, credential.lookup(), pg_sys::BYTEAOID);
+        let rows = client.select(&*lookup, Some(1), &[fingerprint.into()])?;
         if rows.is_empty() {
             return Ok(None);
         }
@@ -328,8 +346,11 @@ pub(crate) fn resolve(credential: Credential, fingerprint: &[u8]) -> Resolution 
         scopes: Vec::new(),
         harness: None,
     });
-    let verdict: Option<JsonB> = Spi::get_one_with_args(credential.resolver(), &[subject.into()])
-        .unwrap_or_else(|e| error!("querylayer: credential resolution failed: {e}"));
+    let verdict: Option<JsonB> = Spi::connect(|client| {
+        let resolver = plan(client, credential.resolver(), pg_sys::UUIDOID);
+        client.select(&*resolver, Some(1), &[subject.into()])?.first().get_one::<JsonB>()
+    })
+    .unwrap_or_else(|e| error!("querylayer: credential resolution failed: {e}"));
     let verdict = verdict.map(|j| j.0).unwrap_or(Value::Null);
     if verdict.get("ok").and_then(Value::as_bool) == Some(true) {
         Resolution::Live(verdict)
