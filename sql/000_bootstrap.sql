@@ -22,6 +22,11 @@ BEGIN
     END IF;
     ALTER ROLE querylayer_edge NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
 
+    -- The edge passes fingerprints (and member-token fingerprints) as bind parameters; keep
+    -- them out of the server log even with log_statement = all.
+    ALTER ROLE querylayer_edge SET log_parameter_max_length = 0;
+    ALTER ROLE querylayer_edge SET log_parameter_max_length_on_error = 0;
+
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'querylayer_worker') THEN
         CREATE ROLE querylayer_worker NOLOGIN;
     END IF;

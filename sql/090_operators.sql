@@ -360,7 +360,8 @@ END
 $$;
 
 CREATE FUNCTION querylayer_api.list_audit(p_site text DEFAULT NULL, p_limit integer DEFAULT 100)
-RETURNS TABLE (at timestamptz, site text, principal_kind text, action text, outcome text, target text, detail jsonb)
+RETURNS TABLE (at timestamptz, site text, principal_kind text, agent_id uuid, connection_id uuid, member_id uuid,
+               operator_role text, action text, outcome text, target text, detail jsonb)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site querylayer.sites;
@@ -371,7 +372,8 @@ BEGIN
         PERFORM querylayer.enter_operator(v_site.id);
     END IF;
     RETURN QUERY
-    SELECT e.at, v_site.slug, e.principal_kind, e.action, e.outcome, e.target, e.detail
+    SELECT e.at, v_site.slug, e.principal_kind, e.agent_id, e.connection_id, e.member_id, e.operator_role,
+           e.action, e.outcome, e.target, e.detail
       FROM querylayer.audit_events e
      WHERE e.site_id IS NOT DISTINCT FROM v_site.id
      ORDER BY e.id DESC LIMIT p_limit;

@@ -1,6 +1,173 @@
-//! The `querylayer` command: the edge service and the operator tools.
+//! The `querylayer` command: the edge service (`serve`), the same tools over stdio
+//! (`mcp-serve`) and the operator tools (`admin`).
 
-fn main() {
-    eprintln!("querylayer: the edge is not built yet");
-    std::process::exit(2);
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use rmcp::ServiceExt;
+
+use querylayer_edge::admin::{self, AdminArgs};
+use querylayer_edge::auth::Fingerprint;
+use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
+use querylayer_edge::db::Db;
+use querylayer_edge::mcp::QueryLayerMcp;
+use querylayer_edge::{app, AppState};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "querylayer",
+    version,
+    about = "QueryLayer: the governed plane between AI agents and a site's content"
+)]
+struct Cli {
+    /// Log format (logs go to stderr).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "QUERYLAYER_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve MCP (Streamable HTTP at /mcp) and the console API.
+    Serve(ServeArgs),
+    /// Serve the same MCP tools over stdio, as the connection whose secret is in QUERYLAYER_TOKEN.
+    McpServe(McpServeArgs),
+    /// Operator commands against an operator login.
+    Admin(AdminArgs),
+}
+
+#[derive(Args, Debug)]
+struct McpServeArgs {
+    /// PostgreSQL connection string for the querylayer_edge login.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Admin(args) => admin::run(args).await,
+            Command::Serve(args) => {
+                init_logging(cli.log_format);
+                match serve(args).await {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        1
+                    }
+                }
+            }
+            Command::McpServe(args) => {
+                init_logging(cli.log_format);
+                match mcp_serve(args).await {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        1
+                    }
+                }
+            }
+        }
+    });
+    ExitCode::from(code as u8)
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = HttpConfig::from_args(&args)?;
+    let public_url = config.public_url.clone();
+    let db = Db::connect(
+        &args.database_url,
+        args.db_pool_size,
+        Duration::from_secs(args.statement_timeout_secs),
+    )?;
+    if let Err(e) = db.ping().await {
+        tracing::warn!(
+            code = e.code,
+            "the database does not answer yet; /readyz says so until it does"
+        );
+    }
+    let ip: IpAddr = args.bind.parse().map_err(|e| format!("--bind {}: {e}", args.bind))?;
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, args.port))
+        .await
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", args.bind, args.port))?;
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(%address, %public_url, "querylayer edge listening; MCP at /mcp");
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        let _ = stop_tx.send(true);
+    });
+    let mut graceful = stop_rx.clone();
+    let server = axum::serve(listener, app(AppState::new(db, config))).with_graceful_shutdown(async move {
+        let _ = graceful.wait_for(|stop| *stop).await;
+    });
+    let mut deadline = stop_rx;
+    let grace = Duration::from_secs(args.shutdown_grace_secs);
+    tokio::select! {
+        result = server => result.map_err(|e| format!("server error: {e}"))?,
+        _ = async move {
+            let _ = deadline.wait_for(|stop| *stop).await;
+            tokio::time::sleep(grace).await;
+        } => tracing::warn!("the shutdown grace period ended with requests still in flight"),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+async fn mcp_serve(args: McpServeArgs) -> Result<(), String> {
+    let secret =
+        std::env::var("QUERYLAYER_TOKEN").map_err(|_| "set QUERYLAYER_TOKEN to the connection secret".to_string())?;
+    let secret = secret.trim().to_string();
+    let db = Db::connect(&args.database_url, 2, Duration::from_secs(20))?;
+    // Fail fast on a dead secret; every call authenticates again anyway.
+    let fingerprint = Fingerprint::of(&secret);
+    if let Err(e) = db.authenticate(&fingerprint).await {
+        if e.code == "unauthenticated" {
+            db.record_failed_authentication(&fingerprint, "stdio").await;
+        }
+        return Err(format!("QUERYLAYER_TOKEN: {}", e.message));
+    }
+    let server = QueryLayerMcp::for_stdio(db, &secret);
+    drop(secret);
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("stdio: {e}"))?;
+    running.waiting().await.map_err(|e| format!("stdio: {e}"))?;
+    Ok(())
 }

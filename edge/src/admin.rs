@@ -1,0 +1,385 @@
+//! `querylayer admin …`: the operator functions of `querylayer_api`, one command each, against
+//! an operator login (`DATABASE_URL`, a role in `querylayer_admin`). Text for people by
+//! default, `--json` for scripts. Secrets are printed once, to stdout, and nowhere else.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use crate::db::{Call, Db};
+
+#[derive(Args, Debug)]
+pub struct AdminArgs {
+    /// PostgreSQL connection string of an operator (a role holding querylayer_admin).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub database_url: Option<String>,
+
+    /// Print the function's JSON result instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AdminCommand {
+    /// Create an organization.
+    CreateOrganization {
+        #[arg(long)]
+        slug: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Create a site in an organization.
+    CreateSite {
+        #[arg(long)]
+        organization: String,
+        #[arg(long)]
+        slug: String,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Create a member (a person) in an organization.
+    CreateMember {
+        #[arg(long)]
+        organization: String,
+        #[arg(long)]
+        handle: String,
+        #[arg(long)]
+        display_name: Option<String>,
+    },
+    /// Give a member a role on a site (owner, admin, editor, viewer), or `none` to remove it.
+    SetMemberRole {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        member: String,
+        #[arg(long)]
+        role: String,
+    },
+    /// Issue a console token for a member on a site (the token is printed once).
+    CreateMemberToken {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        member: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// How long it lives (a PostgreSQL interval: 8h, 30 days, …).
+        #[arg(long, default_value = "8 hours")]
+        expires_in: String,
+    },
+    /// Revoke a member token.
+    RevokeMemberToken {
+        #[arg(long)]
+        id: uuid::Uuid,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Register an agent identity in an organization.
+    CreateAgent {
+        #[arg(long)]
+        organization: String,
+        #[arg(long)]
+        handle: String,
+        /// generic or hermes.
+        #[arg(long)]
+        kind: Option<String>,
+        /// A Hermes profile's immutable id.
+        #[arg(long)]
+        profile_id: Option<String>,
+        /// A Hermes profile's current name.
+        #[arg(long)]
+        profile_name: Option<String>,
+    },
+    /// Grant an agent permissions (scopes) on a site.
+    GrantScopes {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        agent: String,
+        /// Comma-separated, e.g. content:read,runs:write.
+        #[arg(long, value_delimiter = ',', required = true)]
+        scopes: Vec<String>,
+    },
+    /// Withdraw an agent's permissions on a site (its connections lose them at once).
+    RevokeScopes {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        agent: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        scopes: Vec<String>,
+    },
+    /// Issue a connection for an agent on a site (the secret is printed once).
+    CreateConnection {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        agent: String,
+        /// Comma-separated, e.g. content:read,runs:write.
+        #[arg(long, value_delimiter = ',', required = true)]
+        scopes: Vec<String>,
+        /// How long it lives (a PostgreSQL interval: 1h, 30 days, …).
+        #[arg(long)]
+        expires_in: String,
+        /// Defaults to "<agent> <timestamp>".
+        #[arg(long)]
+        name: Option<String>,
+        /// The harness the agent runs in (hermes, codex, generic, …).
+        #[arg(long)]
+        harness: Option<String>,
+    },
+    /// Revoke a connection at once.
+    RevokeConnection {
+        #[arg(long)]
+        id: uuid::Uuid,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// List a site's connections (prefix, scopes, expiry, state; never a secret).
+    ListConnections {
+        #[arg(long)]
+        site: String,
+    },
+    /// Walk a site's hash chain and report the first broken link, if any.
+    VerifyLedger {
+        #[arg(long)]
+        site: String,
+    },
+    /// The newest audit records of a site, or without --site those of no site (failed
+    /// authentications). Never a secret, a fingerprint or argument values.
+    ListAudit {
+        #[arg(long)]
+        site: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i32,
+    },
+    /// Create (or complete) the demo and issue a fresh connection secret and member token.
+    SeedDemo,
+}
+
+fn default_name(who: &str) -> String {
+    format!("{who} {}", Utc::now().format("%Y%m%dT%H%M%S%.6fZ"))
+}
+
+const IN: &str = "now() + {}::text::interval";
+
+impl AdminCommand {
+    fn call(self) -> Call {
+        match self {
+            AdminCommand::CreateOrganization { slug, name } => {
+                Call::new("create_organization").arg("p_slug", slug).opt("p_name", name)
+            }
+            AdminCommand::CreateSite {
+                organization,
+                slug,
+                name,
+            } => Call::new("create_site")
+                .arg("p_organization", organization)
+                .arg("p_slug", slug)
+                .opt("p_name", name),
+            AdminCommand::CreateMember {
+                organization,
+                handle,
+                display_name,
+            } => Call::new("create_member")
+                .arg("p_organization", organization)
+                .arg("p_handle", handle)
+                .opt("p_display_name", display_name),
+            AdminCommand::SetMemberRole { site, member, role } => Call::new("set_member_role")
+                .arg("p_site", site)
+                .arg("p_member", member)
+                .arg("p_role", (role != "none").then_some(role)),
+            AdminCommand::CreateMemberToken {
+                site,
+                member,
+                name,
+                expires_in,
+            } => {
+                let name = name.unwrap_or_else(|| default_name(&member));
+                Call::new("create_member_token")
+                    .arg("p_site", site)
+                    .arg("p_member", member)
+                    .arg("p_name", name)
+                    .arg_as("p_expires_at", IN, expires_in)
+            }
+            AdminCommand::RevokeMemberToken { id, reason } => Call::new("revoke_member_token")
+                .arg("p_token_id", id)
+                .opt("p_reason", reason),
+            AdminCommand::CreateAgent {
+                organization,
+                handle,
+                kind,
+                profile_id,
+                profile_name,
+            } => Call::new("create_agent")
+                .arg("p_organization", organization)
+                .arg("p_handle", handle)
+                .opt("p_kind", kind)
+                .opt("p_profile_id", profile_id)
+                .opt("p_profile_name", profile_name),
+            AdminCommand::GrantScopes { site, agent, scopes } => Call::new("grant_agent_scopes")
+                .arg("p_site", site)
+                .arg("p_agent", agent)
+                .arg("p_scopes", scopes),
+            AdminCommand::RevokeScopes { site, agent, scopes } => Call::new("revoke_agent_scopes")
+                .arg("p_site", site)
+                .arg("p_agent", agent)
+                .arg("p_scopes", scopes),
+            AdminCommand::CreateConnection {
+                site,
+                agent,
+                scopes,
+                expires_in,
+                name,
+                harness,
+            } => {
+                let name = name.unwrap_or_else(|| default_name(&agent));
+                Call::new("create_connection")
+                    .arg("p_site", site)
+                    .arg("p_agent", agent)
+                    .arg("p_name", name)
+                    .arg("p_scopes", scopes)
+                    .arg_as("p_expires_at", IN, expires_in)
+                    .opt("p_harness", harness)
+            }
+            AdminCommand::RevokeConnection { id, reason } => Call::new("revoke_connection")
+                .arg("p_connection_id", id)
+                .opt("p_reason", reason),
+            AdminCommand::ListConnections { site } => Call::rows("list_connections").arg("p_site", site),
+            AdminCommand::ListAudit { site, limit } => {
+                Call::rows("list_audit").arg("p_site", site).arg("p_limit", limit)
+            }
+            AdminCommand::VerifyLedger { site } => Call::new("verify_ledger").arg("p_site", site),
+            AdminCommand::SeedDemo => Call::new("seed_demo"),
+        }
+    }
+}
+
+/// Runs one admin command; returns the process exit code.
+pub async fn run(args: AdminArgs) -> i32 {
+    let Some(url) = args.database_url else {
+        eprintln!("querylayer admin: set DATABASE_URL (or --database-url) to an operator login");
+        return 2;
+    };
+    let db = match Db::connect(&url, 1, Duration::from_secs(60)) {
+        Ok(db) => db,
+        Err(e) => {
+            eprintln!("querylayer admin: {e}");
+            return 2;
+        }
+    };
+    let kind = CommandKind::of(&args.command);
+    match db.call_as_operator(&args.command.call()).await {
+        Ok(value) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+            } else {
+                print_text(kind, &value);
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("querylayer admin: {} ({})", e.message, e.code);
+            if let Some(hint) = &e.hint {
+                eprintln!("hint: {hint}");
+            }
+            1
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum CommandKind {
+    Connection,
+    List,
+    Audit,
+    Demo,
+    Other,
+}
+
+impl CommandKind {
+    fn of(command: &AdminCommand) -> Self {
+        match command {
+            AdminCommand::CreateConnection { .. } => CommandKind::Connection,
+            AdminCommand::ListConnections { .. } => CommandKind::List,
+            AdminCommand::ListAudit { .. } => CommandKind::Audit,
+            AdminCommand::SeedDemo => CommandKind::Demo,
+            _ => CommandKind::Other,
+        }
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        Value::Array(items) => items.iter().map(text).collect::<Vec<_>>().join(", "),
+        other => other.to_string(),
+    }
+}
+
+fn print_fields(value: &Value, indent: &str) {
+    if let Value::Object(map) = value {
+        for (key, v) in map {
+            if v.is_object() {
+                println!("{indent}{key}:");
+                print_fields(v, &format!("{indent}  "));
+            } else {
+                println!("{indent}{key}: {}", text(v));
+            }
+        }
+    } else {
+        println!("{indent}{}", text(value));
+    }
+}
+
+fn print_text(kind: CommandKind, value: &Value) {
+    match kind {
+        CommandKind::List => {
+            let rows = value.as_array().cloned().unwrap_or_default();
+            println!(
+                "{:<36}  {:<8}  {:<16}  {:<14}  {:<25}  {:<32}  scopes",
+                "id", "state", "agent", "prefix", "expires_at", "name"
+            );
+            for r in rows {
+                println!(
+                    "{:<36}  {:<8}  {:<16}  {:<14}  {:<25}  {:<32}  {}",
+                    text(&r["connection_id"]),
+                    text(&r["state"]),
+                    text(&r["agent"]),
+                    text(&r["prefix"]),
+                    text(&r["expires_at"]),
+                    text(&r["name"]),
+                    text(&r["effective_scopes"])
+                );
+            }
+        }
+        CommandKind::Audit => {
+            for r in value.as_array().cloned().unwrap_or_default() {
+                println!(
+                    "{}  {:<10}  {:<20}  {:<7}  {:<36}  {}",
+                    text(&r["at"]),
+                    text(&r["principal_kind"]),
+                    text(&r["action"]),
+                    text(&r["outcome"]),
+                    text(&r["target"]),
+                    r["detail"]
+                );
+            }
+        }
+        CommandKind::Connection => {
+            print_fields(value, "");
+            println!("\nThe secret is shown once; store it now. Clients send it as `Authorization: Bearer <secret>`.");
+        }
+        CommandKind::Demo => {
+            print_fields(value, "");
+            println!("\nThe connection secret and the member token are shown once; store them now.");
+        }
+        CommandKind::Other => print_fields(value, ""),
+    }
+}

@@ -1,0 +1,372 @@
+//! Configuration of `querylayer serve`: flags and environment, the Host and Origin allow-lists,
+//! limits, and the log format. Read once at start-up; nothing here changes afterwards.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "QUERYLAYER_BIND", default_value = "127.0.0.1")]
+    pub bind: String,
+
+    /// Port to listen on.
+    #[arg(long, env = "QUERYLAYER_PORT", default_value_t = 8080)]
+    pub port: u16,
+
+    /// PostgreSQL connection string for the `querylayer_edge` login.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+
+    /// The URL clients use to reach this edge (for the resource metadata and the 401
+    /// challenge); defaults to http://<bind>:<port>. Its host and origin are allowed too.
+    #[arg(long, env = "QUERYLAYER_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
+    /// Extra Host header values to accept (`name` for any port, `name:port` for one port),
+    /// beyond localhost, 127.0.0.1 and [::1].
+    #[arg(long = "allowed-host", env = "QUERYLAYER_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
+    /// Extra Origin header values to accept (`https://app.example.com`, `http://host:*` for
+    /// any port), beyond http(s) origins on localhost, 127.0.0.1 and [::1]. Requests without
+    /// an Origin header (non-browser clients) are not affected.
+    #[arg(long = "allowed-origin", env = "QUERYLAYER_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Vec<String>,
+
+    /// Requests per second per credential (token bucket, per edge instance); 0 turns it off.
+    #[arg(long, env = "QUERYLAYER_RATE_LIMIT", default_value_t = 20.0)]
+    pub rate_limit: f64,
+
+    /// Burst size of the per-credential token bucket.
+    #[arg(long, env = "QUERYLAYER_RATE_BURST", default_value_t = 60)]
+    pub rate_burst: u32,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "QUERYLAYER_MAX_BODY_BYTES", default_value_t = 2 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Longest a request may take, in seconds (answered 408 beyond it).
+    #[arg(long, env = "QUERYLAYER_REQUEST_TIMEOUT", default_value_t = 30)]
+    pub request_timeout_secs: u64,
+
+    /// PostgreSQL statement_timeout for the edge's sessions, in seconds.
+    #[arg(long, env = "QUERYLAYER_STATEMENT_TIMEOUT", default_value_t = 20)]
+    pub statement_timeout_secs: u64,
+
+    /// Size of the database connection pool.
+    #[arg(long, env = "QUERYLAYER_DB_POOL_SIZE", default_value_t = 16)]
+    pub db_pool_size: usize,
+
+    /// On SIGTERM or Ctrl-C, how long in-flight requests may still take, in seconds.
+    #[arg(long, env = "QUERYLAYER_SHUTDOWN_GRACE", default_value_t = 30)]
+    pub shutdown_grace_secs: u64,
+}
+
+/// What the HTTP stages need at run time.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Without a trailing slash.
+    pub public_url: String,
+    pub allow: AllowList,
+    pub max_body_bytes: usize,
+    pub request_timeout: Duration,
+    pub rate_limit_per_sec: f64,
+    pub rate_burst: u32,
+}
+
+impl HttpConfig {
+    pub fn from_args(args: &ServeArgs) -> Result<HttpConfig, String> {
+        let public_url = match &args.public_url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => {
+                let host = match args.bind.as_str() {
+                    "0.0.0.0" => "127.0.0.1".to_string(),
+                    "::" => "[::1]".to_string(),
+                    h if h.contains(':') => format!("[{h}]"),
+                    h => h.to_string(),
+                };
+                format!("http://{host}:{}", args.port)
+            }
+        };
+        let public: http::Uri = public_url
+            .parse()
+            .map_err(|e| format!("--public-url {public_url}: {e}"))?;
+        let (Some(scheme), Some(authority)) = (public.scheme_str(), public.authority()) else {
+            return Err(format!("--public-url {public_url}: needs a scheme and a host"));
+        };
+        let mut hosts: Vec<String> = DEFAULT_HOSTS.iter().map(|s| s.to_string()).collect();
+        hosts.push(authority.host().to_string());
+        hosts.extend(args.allowed_hosts.iter().cloned());
+        let mut origins: Vec<String> = DEFAULT_ORIGINS.iter().map(|s| s.to_string()).collect();
+        origins.push(format!("{scheme}://{authority}"));
+        origins.extend(args.allowed_origins.iter().cloned());
+        Ok(HttpConfig {
+            public_url,
+            allow: AllowList::new(&hosts, &origins)?,
+            max_body_bytes: args.max_body_bytes,
+            request_timeout: Duration::from_secs(args.request_timeout_secs),
+            rate_limit_per_sec: args.rate_limit,
+            rate_burst: args.rate_burst,
+        })
+    }
+
+    /// The MCP endpoint as a protected resource (RFC 9728 `resource`).
+    pub fn resource_url(&self) -> String {
+        format!("{}/mcp", self.public_url)
+    }
+
+    /// Where the 401 challenge points.
+    pub fn resource_metadata_url(&self) -> String {
+        format!("{}/.well-known/oauth-protected-resource", self.public_url)
+    }
+}
+
+const DEFAULT_HOSTS: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
+const DEFAULT_ORIGINS: &[&str] = &[
+    "http://localhost:*",
+    "http://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://localhost:*",
+    "https://127.0.0.1:*",
+    "https://[::1]:*",
+];
+
+#[derive(Debug, Clone, PartialEq)]
+enum Port {
+    Any,
+    Exact(u16),
+}
+
+#[derive(Debug, Clone)]
+struct HostRule {
+    host: String,
+    port: Port,
+}
+
+#[derive(Debug, Clone)]
+enum OriginRule {
+    Null,
+    Tuple { scheme: String, host: String, port: Port },
+}
+
+/// The Host and Origin values this edge answers (DNS-rebinding and cross-origin protection).
+#[derive(Debug, Clone)]
+pub struct AllowList {
+    hosts: Vec<HostRule>,
+    origins: Vec<OriginRule>,
+    host_entries: Vec<String>,
+    origin_entries: Vec<String>,
+}
+
+fn normalize_host(host: &str) -> String {
+    host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase()
+}
+
+fn default_port(scheme: &str) -> Option<u16> {
+    match scheme {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    }
+}
+
+impl AllowList {
+    pub fn new(hosts: &[String], origins: &[String]) -> Result<AllowList, String> {
+        let mut list = AllowList {
+            hosts: Vec::new(),
+            origins: Vec::new(),
+            host_entries: Vec::new(),
+            origin_entries: Vec::new(),
+        };
+        for entry in hosts.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+            let authority: http::uri::Authority = entry.parse().map_err(|e| format!("allowed host {entry:?}: {e}"))?;
+            let port = authority.port_u16().map(Port::Exact).unwrap_or(Port::Any);
+            list.hosts.push(HostRule {
+                host: normalize_host(authority.host()),
+                port,
+            });
+            list.host_entries.push(entry.to_string());
+        }
+        for entry in origins.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+            let rule = if entry == "null" {
+                OriginRule::Null
+            } else {
+                let (base, any_port) = match entry.strip_suffix(":*") {
+                    Some(base) => (base, true),
+                    None => (entry, false),
+                };
+                let uri: http::Uri = base.parse().map_err(|e| format!("allowed origin {entry:?}: {e}"))?;
+                let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+                    return Err(format!("allowed origin {entry:?}: needs a scheme and a host"));
+                };
+                let port = if any_port {
+                    Port::Any
+                } else {
+                    match authority.port_u16().or(default_port(scheme)) {
+                        Some(p) => Port::Exact(p),
+                        None => return Err(format!("allowed origin {entry:?}: give a port")),
+                    }
+                };
+                OriginRule::Tuple {
+                    scheme: scheme.to_ascii_lowercase(),
+                    host: normalize_host(authority.host()),
+                    port,
+                }
+            };
+            list.origins.push(rule);
+            list.origin_entries.push(entry.to_string());
+        }
+        Ok(list)
+    }
+
+    /// Is this Host header (`name` or `name:port`) one of ours?
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let Ok(authority) = host.parse::<http::uri::Authority>() else {
+            return false;
+        };
+        let name = normalize_host(authority.host());
+        let port = authority.port_u16();
+        self.hosts.iter().any(|rule| {
+            rule.host == name
+                && match rule.port {
+                    Port::Any => true,
+                    Port::Exact(p) => port == Some(p),
+                }
+        })
+    }
+
+    /// Is this Origin header one of ours? (Requests without one are not browser requests.)
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        if origin == "null" {
+            return self.origins.iter().any(|r| matches!(r, OriginRule::Null));
+        }
+        let Ok(uri) = origin.parse::<http::Uri>() else {
+            return false;
+        };
+        let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+            return false;
+        };
+        if uri.path() != "/" && !uri.path().is_empty() {
+            return false;
+        }
+        let scheme = scheme.to_ascii_lowercase();
+        let host = normalize_host(authority.host());
+        let port = authority.port_u16().or(default_port(&scheme));
+        self.origins.iter().any(|rule| match rule {
+            OriginRule::Null => false,
+            OriginRule::Tuple {
+                scheme: s,
+                host: h,
+                port: p,
+            } => {
+                *s == scheme
+                    && *h == host
+                    && match p {
+                        Port::Any => true,
+                        Port::Exact(p) => port == Some(*p),
+                    }
+            }
+        })
+    }
+
+    /// The same lists in rmcp's syntax, so that its own check agrees with ours.
+    pub fn host_entries(&self) -> Vec<String> {
+        self.host_entries.clone()
+    }
+
+    pub fn origin_entries(&self) -> Vec<String> {
+        self.origin_entries.clone()
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Logs go to stderr (stdout is the protocol channel of `mcp-serve`). Filter with
+/// QUERYLAYER_LOG (tracing's env-filter syntax).
+pub fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("QUERYLAYER_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn,tower_http=warn,deadpool=warn,tokio_postgres=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(extra_hosts: &[&str], extra_origins: &[&str]) -> AllowList {
+        let mut hosts: Vec<String> = DEFAULT_HOSTS.iter().map(|s| s.to_string()).collect();
+        hosts.extend(extra_hosts.iter().map(|s| s.to_string()));
+        let mut origins: Vec<String> = DEFAULT_ORIGINS.iter().map(|s| s.to_string()).collect();
+        origins.extend(extra_origins.iter().map(|s| s.to_string()));
+        AllowList::new(&hosts, &origins).unwrap()
+    }
+
+    #[test]
+    fn loopback_hosts_are_allowed_on_any_port_and_others_are_not() {
+        let allow = list(&[], &[]);
+        for ok in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:1",
+            "[::1]:8080",
+            "LOCALHOST:3000",
+        ] {
+            assert!(allow.host_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example.com",
+            "evil.example.com:8080",
+            "127.0.0.2",
+            "localhost.evil.com",
+            "",
+        ] {
+            assert!(!allow.host_allowed(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn extra_hosts_may_pin_a_port() {
+        let allow = list(&["edge.example.com:443", "api.example.com"], &[]);
+        assert!(allow.host_allowed("edge.example.com:443"));
+        assert!(!allow.host_allowed("edge.example.com:8443"));
+        assert!(allow.host_allowed("api.example.com:1234"));
+    }
+
+    #[test]
+    fn origins_match_scheme_host_and_port() {
+        let allow = list(&[], &["https://console.example.com"]);
+        for ok in [
+            "http://localhost:5173",
+            "http://127.0.0.1:8080",
+            "https://console.example.com",
+            "https://console.example.com:443",
+        ] {
+            assert!(allow.origin_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "http://evil.example.com",
+            "http://console.example.com",
+            "https://console.example.com:8443",
+            "null",
+            "http://localhost.evil.com:80",
+            "garbage",
+        ] {
+            assert!(!allow.origin_allowed(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The console API for human members at `/api/console/…`, authenticated by a member token
+//! (`Authorization: Bearer qlm_…`). Each request is one transaction: authenticate_member, then
+//! one `querylayer_api` call. Roles are the database's business (owner and admin manage
+//! connections; the proposal type says who may decide).
+
+use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::auth::{bearer, Fingerprint};
+use crate::db::{Call, MemberContext};
+use crate::error::Error;
+use crate::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/console/me", get(me))
+        .route("/api/console/proposals", get(list_proposals))
+        .route("/api/console/proposals/{id}/approve", post(approve))
+        .route("/api/console/proposals/{id}/reject", post(reject))
+        .route("/api/console/runs", get(list_runs))
+        .route("/api/console/runs/{id}", get(get_run))
+        .route(
+            "/api/console/connections",
+            get(list_connections).post(create_connection),
+        )
+        .route("/api/console/connections/{id}/revoke", post(revoke_connection))
+}
+
+/// The presented member token, as a fingerprint. Checked by the database in the request's
+/// transaction, not here.
+pub struct Member(Fingerprint);
+
+impl FromRequestParts<AppState> for Member {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &AppState) -> Result<Self, Self::Rejection> {
+        match bearer(&parts.headers) {
+            Some(token) => Ok(Member(Fingerprint::of(token))),
+            None => Err(respond(Err(Error::unauthenticated()), StatusCode::OK)),
+        }
+    }
+}
+
+impl Member {
+    /// BEGIN; authenticate_member; rate limit; the call (or none: the member's own context); COMMIT.
+    async fn call(&self, state: &AppState, call: Option<Call>) -> Result<Value, Error> {
+        let limiter = state.limiter.clone();
+        let check = move |m: &MemberContext| limiter.check(m.member_token_id).map_err(Error::rate_limited);
+        let result = state.db.call_as_member(&self.0, check, call.as_ref()).await;
+        if let Err(e) = &result {
+            e.log(call.as_ref().map(Call::function).unwrap_or("authenticate_member"));
+        }
+        result
+    }
+}
+
+/// JSON out, never cached (a creation response holds a secret); 401s carry a challenge.
+fn respond(result: Result<Value, Error>, ok: StatusCode) -> Response {
+    match result {
+        Ok(value) => {
+            let mut response = (ok, Json(value)).into_response();
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => {
+            let mut response = Error::unauthenticated().into_response();
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="querylayer-console""#),
+            );
+            response
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+fn path_id(path: Result<Path<Uuid>, PathRejection>) -> Result<Uuid, Error> {
+    path.map(|Path(id)| id)
+        .map_err(|e| Error::invalid_argument(format!("the id in the path is not a uuid: {e}")))
+}
+
+fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Error> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|e| Error::invalid_argument(e.body_text()))
+}
+
+/// A JSON body; an empty body is the type's default.
+fn optional_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Error> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    required_body(body)
+}
+
+fn required_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(|e| Error::invalid_argument(format!("invalid JSON body: {e}")))
+}
+
+/// `GET /api/console/me`: the member, role and site this token acts as.
+async fn me(State(state): State<AppState>, member: Member) -> Response {
+    respond(member.call(&state, None).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProposalFilter {
+    /// `pending` (default), `approved`, `applied`, `failed`, `rejected`.
+    state: Option<String>,
+    limit: Option<i32>,
+}
+
+/// `GET /api/console/proposals?state=pending&limit=50` → `{"proposals": [proposal with items]}`.
+async fn list_proposals(
+    State(state): State<AppState>,
+    member: Member,
+    filter: Result<Query<ProposalFilter>, QueryRejection>,
+) -> Response {
+    let result = async {
+        let f = query(filter)?;
+        let call = Call::new("console_list_proposals")
+            .opt("p_state", f.state)
+            .opt("p_limit", f.limit);
+        member
+            .call(&state, Some(call))
+            .await
+            .map(|proposals| json!({ "proposals": proposals }))
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    note: Option<String>,
+}
+
+/// `POST /api/console/proposals/{id}/approve` with `{"note": …}` → the proposal after the
+/// decision (an approved publish proposal has executed: see `execution`).
+async fn approve(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    decide(state, member, id, body, "approve").await
+}
+
+/// `POST /api/console/proposals/{id}/reject` with `{"note": …}`.
+async fn reject(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    decide(state, member, id, body, "reject").await
+}
+
+async fn decide(
+    state: AppState,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+    decision: &'static str,
+) -> Response {
+    let result = async {
+        let id = path_id(id)?;
+        let body: DecisionBody = optional_body(&body)?;
+        let call = Call::new("decide_proposal")
+            .arg("p_proposal_id", id)
+            .arg("p_decision", decision.to_string())
+            .opt("p_note", body.note);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunFilter {
+    limit: Option<i32>,
+    /// Only runs started before this instant (RFC 3339), for paging.
+    before: Option<DateTime<Utc>>,
+}
+
+/// `GET /api/console/runs?limit=50&before=…` → `{"runs": [run]}`.
+async fn list_runs(
+    State(state): State<AppState>,
+    member: Member,
+    filter: Result<Query<RunFilter>, QueryRejection>,
+) -> Response {
+    let result = async {
+        let f = query(filter)?;
+        let call = Call::new("list_runs").opt("p_limit", f.limit).opt("p_before", f.before);
+        member
+            .call(&state, Some(call))
+            .await
+            .map(|runs| json!({ "runs": runs }))
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+/// `GET /api/console/runs/{id}` → the run with its outcome, events and artifacts.
+async fn get_run(State(state): State<AppState>, member: Member, id: Result<Path<Uuid>, PathRejection>) -> Response {
+    let result = async {
+        let call = Call::new("get_run").arg("p_run_id", path_id(id)?);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+/// `GET /api/console/connections` → `{"connections": [...]}` (owner, admin; never a secret).
+async fn list_connections(State(state): State<AppState>, member: Member) -> Response {
+    let result = member
+        .call(&state, Some(Call::new("console_list_connections")))
+        .await
+        .map(|connections| json!({ "connections": connections }));
+    respond(result, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewConnection {
+    /// The agent's handle.
+    agent: String,
+    name: String,
+    scopes: Vec<String>,
+    /// When it expires (RFC 3339) …
+    expires_at: Option<DateTime<Utc>>,
+    /// … or how long it lives (a PostgreSQL interval such as `24 hours` or `30 days`).
+    expires_in: Option<String>,
+    harness: Option<String>,
+}
+
+/// `POST /api/console/connections` (owner, admin) → 201 with the connection and its secret,
+/// the only time the secret exists.
+async fn create_connection(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let result = async {
+        let c: NewConnection = required_body(&body)?;
+        let call = Call::new("console_create_connection")
+            .arg("p_agent", c.agent)
+            .arg("p_name", c.name)
+            .arg("p_scopes", c.scopes);
+        let call = match (c.expires_at, c.expires_in) {
+            (Some(_), Some(_)) => return Err(Error::invalid_argument("give expires_at or expires_in, not both")),
+            (None, Some(interval)) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
+            (at, None) => call.arg("p_expires_at", at),
+        };
+        member.call(&state, Some(call.opt("p_harness", c.harness))).await
+    };
+    respond(result.await, StatusCode::CREATED)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RevokeBody {
+    reason: Option<String>,
+}
+
+/// `POST /api/console/connections/{id}/revoke` with `{"reason": …}` (owner, admin).
+async fn revoke_connection(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let id = path_id(id)?;
+        let body: RevokeBody = optional_body(&body)?;
+        let call = Call::new("console_revoke_connection")
+            .arg("p_connection_id", id)
+            .opt("p_reason", body.reason);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::OK)
+}

@@ -1,0 +1,454 @@
+//! The MCP surface: one rmcp server whose tools each make exactly one `querylayer_api` call as
+//! the authenticated connection. Tools live in one router per domain (site, content, runs,
+//! proposals), combined with `+`. The same server answers Streamable HTTP at `/mcp`
+//! (stateless: any instance answers any request) and stdio (`querylayer mcp-serve`).
+
+mod content;
+mod proposals;
+mod runs;
+mod site;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::{middleware, Router};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::handler::server::wrapper::Json;
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{tool_handler, ErrorData as McpError, RoleServer, ServerHandler};
+use serde::de::DeserializeOwned;
+
+use crate::auth::{self, Fingerprint, Principal};
+use crate::config::HttpConfig;
+use crate::db::{parse, Call, Db, ToolAudit};
+use crate::error::Error;
+use crate::{limits, AppState};
+
+/// Which scopes make a tool visible in `tools/list` (any one of them suffices). Discovery
+/// only: the database checks the scope again at every call and refuses with `forbidden`.
+pub const TOOL_SCOPES: &[(&str, &[&str])] = &[
+    ("querylayer_site_context", &["site:read"]),
+    ("querylayer_list_content", &["content:read"]),
+    ("querylayer_create_draft", &["content:write"]),
+    ("querylayer_begin_run", &["runs:write"]),
+    ("querylayer_record_artifact", &["runs:write"]),
+    ("querylayer_finish_run", &["runs:write"]),
+    ("querylayer_list_proposals", &["content:read"]),
+    (
+        "querylayer_create_proposal",
+        &["content:write", "topical-map:write", "publish:request"],
+    ),
+    ("querylayer_request_publish_approval", &["publish:request"]),
+];
+
+/// The schema of "any JSON value": `{}`. (schemars writes `true` for `serde_json::Value`,
+/// which is valid JSON Schema, but some clients accept only object schemas.)
+pub(crate) fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({})
+}
+
+/// A JSON object with any members.
+pub(crate) fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "object" })
+}
+
+/// A JSON array of any values.
+pub(crate) fn any_array(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "type": "array" })
+}
+
+fn visible(tool: &str, scopes: &[String]) -> bool {
+    TOOL_SCOPES
+        .iter()
+        .find(|(name, _)| *name == tool)
+        .is_some_and(|(_, needs)| needs.iter().any(|need| scopes.iter().any(|s| s == need)))
+}
+
+const INSTRUCTIONS: &str = "QueryLayer: governed access to one site's content. This connection is bound \
+to one organization, site and agent; no argument names them. Work inside a governed run: \
+querylayer_begin_run (declare required outputs), then drafts and proposals, recording each material \
+result with querylayer_record_artifact, and finish with querylayer_finish_run. A run finished as \
+completed while a required output is missing is stored as blocked. Drafts never publish: \
+querylayer_request_publish_approval asks a human to approve. Errors carry a stable code in \
+_meta[\"querylayer/error\"].";
+
+/// How a tool call finds its credential: the HTTP request's principal, or the stdio secret.
+#[derive(Clone)]
+pub struct QueryLayerMcp {
+    db: Db,
+    tools: Arc<ToolRouter<QueryLayerMcp>>,
+    stdio_fingerprint: Option<Fingerprint>,
+}
+
+impl QueryLayerMcp {
+    fn new(db: Db, stdio_fingerprint: Option<Fingerprint>) -> Self {
+        let tools = Self::site_router() + Self::content_router() + Self::runs_router() + Self::proposals_router();
+        QueryLayerMcp {
+            db,
+            tools: Arc::new(tools),
+            stdio_fingerprint,
+        }
+    }
+
+    /// For HTTP: each request's principal comes from the auth middleware.
+    pub fn for_http(db: Db) -> Self {
+        Self::new(db, None)
+    }
+
+    /// For stdio: one secret for the life of the process, authenticated at every call.
+    pub fn for_stdio(db: Db, secret: &str) -> Self {
+        Self::new(db, Some(Fingerprint::of(secret)))
+    }
+
+    fn principal(ctx: &RequestContext<RoleServer>) -> Option<&Principal> {
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+    }
+
+    fn fingerprint(&self, ctx: &RequestContext<RoleServer>) -> Option<Fingerprint> {
+        Self::principal(ctx)
+            .map(|p| p.fingerprint.clone())
+            .or_else(|| self.stdio_fingerprint.clone())
+    }
+
+    /// The scopes the connection holds now (HTTP: resolved by the middleware for this request;
+    /// stdio: resolved again here).
+    async fn scopes(&self, ctx: &RequestContext<RoleServer>) -> Result<Vec<String>, McpError> {
+        if let Some(principal) = Self::principal(ctx) {
+            return Ok(principal.context.scopes.clone());
+        }
+        let Some(fingerprint) = &self.stdio_fingerprint else {
+            return Err(McpError::invalid_request("authentication failed", None));
+        };
+        match self.db.authenticate(fingerprint).await {
+            Ok(context) => Ok(context.scopes),
+            Err(e) => {
+                if e.code == "unauthenticated" {
+                    self.db.record_failed_authentication(fingerprint, "stdio").await;
+                }
+                Err(McpError::invalid_request(e.message, None))
+            }
+        }
+    }
+
+    /// The body of every tool: one `querylayer_api` call as the connection, audited, its JSON
+    /// result read into the tool's output type; any refusal becomes a tool error.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        tool: &'static str,
+        call: Call,
+    ) -> Result<Json<T>, CallToolResult> {
+        let audit = ToolAudit {
+            tool,
+            started: Instant::now(),
+        };
+        let Some(fingerprint) = self.fingerprint(ctx) else {
+            return Err(Error::unauthenticated().into_tool_result());
+        };
+        let result = self
+            .db
+            .call_as_connection(&fingerprint, &call, &audit)
+            .await
+            .and_then(parse::<T>);
+        let connection_id = Self::principal(ctx).map(|p| p.context.connection_id.to_string());
+        let duration_ms = audit.started.elapsed().as_millis() as u64;
+        match result {
+            Ok(value) => {
+                tracing::info!(tool, connection_id, duration_ms, outcome = "ok", "tool call");
+                Ok(Json(value))
+            }
+            Err(error) => {
+                tracing::info!(
+                    tool,
+                    connection_id,
+                    duration_ms,
+                    outcome = "error",
+                    code = error.code,
+                    "tool call"
+                );
+                if error.status.is_server_error() {
+                    error.log(tool);
+                }
+                Err(error.into_tool_result())
+            }
+        }
+    }
+}
+
+#[tool_handler(router = self.tools)]
+impl ServerHandler for QueryLayerMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("querylayer", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    /// Only the tools the connection's scopes allow, in a stable (alphabetical) order.
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let scopes = self.scopes(&ctx).await?;
+        let tools = self
+            .tools
+            .list_all()
+            .into_iter()
+            .filter(|t| visible(&t.name, &scopes))
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools)
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    /// Dispatches to the tool; arguments that do not match its schema (unknown fields such as
+    /// a site or agent, missing or mistyped values) become an `invalid_argument` tool error.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let Some(tool) = TOOL_SCOPES
+            .iter()
+            .map(|(name, _)| *name)
+            .find(|name| *name == request.name)
+        else {
+            return Err(McpError::invalid_params(
+                format!("unknown tool: {}", request.name),
+                None,
+            ));
+        };
+        let started = Instant::now();
+        let fingerprint = self.fingerprint(&ctx);
+        let response = self.tools.call(ToolCallContext::new(self, request, ctx)).await?;
+        let Some(detail) = argument_error(&response) else {
+            return Ok(response);
+        };
+        let error = Error::invalid_argument(format!("invalid arguments for {tool}: {detail}")).with_hint(
+            "arguments must match the tool's inputSchema; the connection is bound to one site, \
+             organization and agent, so no argument may name them",
+        );
+        tracing::info!(tool, outcome = "error", code = error.code, "tool call");
+        if let Some(fingerprint) = fingerprint {
+            let audit = ToolAudit { tool, started };
+            self.db.record_refused_tool_call(&fingerprint, &audit, error.code).await;
+        }
+        Ok(error.into_tool_result().into())
+    }
+}
+
+/// rmcp answers arguments that do not deserialize with a bare tool error (`isError`, one text
+/// block "failed to deserialize parameters: …", no `_meta`); the edge's own errors always
+/// carry `_meta`. Returns serde's explanation.
+fn argument_error(response: &CallToolResponse) -> Option<String> {
+    const PREFIX: &str = "failed to deserialize parameters:";
+    let CallToolResponse::Complete(result) = response else {
+        return None;
+    };
+    if result.is_error != Some(true) || result.meta.is_some() {
+        return None;
+    }
+    let text = result.content.first()?.as_text()?.text.as_str();
+    text.strip_prefix(PREFIX).map(|detail| detail.trim().to_string())
+}
+
+/// `/mcp`: authentication (the principal exists before any MCP server does), then the
+/// per-connection rate limit, then rmcp.
+pub fn router(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .route_service("/mcp", http_service(state.db.clone(), &state.config))
+        .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_connection))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_connection))
+}
+
+/// The Streamable HTTP service for `/mcp`: stateless (no session ids; a 2025-11-25 client's
+/// initialize is answered and forgotten, a 2026-07-28 client needs none), JSON responses, and
+/// rmcp's own Host/Origin check configured with the same lists as the edge's.
+pub fn http_service(db: Db, config: &HttpConfig) -> StreamableHttpService<QueryLayerMcp, NeverSessionManager> {
+    let server = QueryLayerMcp::for_http(db);
+    let mcp_config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_max_request_body_bytes(config.max_body_bytes)
+        .with_allowed_hosts(config.allow.host_entries())
+        .with_allowed_origins(config.allow.origin_entries());
+    StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(NeverSessionManager::default()),
+        mcp_config,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scopes(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn every_tool_has_a_scope_entry_and_every_entry_a_tool() {
+        let db = Db::connect(
+            "postgres://nobody@127.0.0.1:1/none",
+            1,
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+        let server = QueryLayerMcp::for_http(db);
+        let mut names: Vec<String> = server
+            .tools
+            .list_all()
+            .into_iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        names.sort();
+        let mut table: Vec<String> = TOOL_SCOPES.iter().map(|(n, _)| n.to_string()).collect();
+        table.sort();
+        assert_eq!(names, table);
+    }
+
+    #[test]
+    fn only_rmcp_argument_errors_are_rewritten() {
+        use rmcp::model::ContentBlock;
+        let bare: CallToolResponse = CallToolResult::error(vec![ContentBlock::text(
+            "failed to deserialize parameters: unknown field `site`",
+        )])
+        .into();
+        assert_eq!(argument_error(&bare).as_deref(), Some("unknown field `site`"));
+        let ours: CallToolResponse = Error::invalid_argument("failed to deserialize parameters: x")
+            .into_tool_result()
+            .into();
+        assert_eq!(argument_error(&ours), None);
+        let ok: CallToolResponse = CallToolResult::structured(serde_json::json!({"a": 1})).into();
+        assert_eq!(argument_error(&ok), None);
+    }
+
+    #[test]
+    fn a_read_only_connection_sees_only_read_tools() {
+        let read = scopes(&["content:read", "site:read"]);
+        let shown: Vec<&str> = TOOL_SCOPES
+            .iter()
+            .map(|(n, _)| *n)
+            .filter(|n| visible(n, &read))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "querylayer_site_context",
+                "querylayer_list_content",
+                "querylayer_list_proposals"
+            ]
+        );
+        assert!(!visible("querylayer_unknown", &read));
+        assert!(visible("querylayer_create_proposal", &scopes(&["topical-map:write"])));
+    }
+
+    #[test]
+    fn every_tool_has_an_object_output_schema_and_honest_annotations() {
+        let db = Db::connect(
+            "postgres://nobody@127.0.0.1:1/none",
+            1,
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+        let server = QueryLayerMcp::for_http(db);
+        for tool in server.tools.list_all() {
+            let output = tool
+                .output_schema
+                .as_ref()
+                .unwrap_or_else(|| panic!("{} lacks an output schema", tool.name));
+            assert_eq!(
+                output.get("type").and_then(|t| t.as_str()),
+                Some("object"),
+                "{}",
+                tool.name
+            );
+            let input = &tool.input_schema;
+            assert_eq!(
+                input.get("additionalProperties"),
+                Some(&serde_json::json!(false)),
+                "{} accepts unknown arguments",
+                tool.name
+            );
+            let a = tool
+                .annotations
+                .as_ref()
+                .unwrap_or_else(|| panic!("{} lacks annotations", tool.name));
+            let read_only = tool.name.contains("_list_") || tool.name.ends_with("_context");
+            assert_eq!(a.read_only_hint, Some(read_only), "{}", tool.name);
+            assert_eq!(a.destructive_hint, Some(false), "{}", tool.name);
+            assert_eq!(a.open_world_hint, Some(false), "{}", tool.name);
+            assert!(
+                tool.description.as_ref().is_some_and(|d| d.len() > 40),
+                "{} needs a description",
+                tool.name
+            );
+            let schemas = serde_json::json!([input.as_ref(), output.as_ref()]);
+            assert!(
+                !has_boolean_subschema(&schemas),
+                "{} has a boolean subschema: {schemas}",
+                tool.name
+            );
+        }
+    }
+
+    #[test]
+    fn only_what_the_sql_function_requires_is_required() {
+        let db = Db::connect(
+            "postgres://nobody@127.0.0.1:1/none",
+            1,
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+        let server = QueryLayerMcp::for_http(db);
+        let required = |name: &str| -> Vec<String> {
+            let tool = server.tools.list_all().into_iter().find(|t| t.name == name).unwrap();
+            let mut r: Vec<String> = tool
+                .input_schema
+                .get("required")
+                .and_then(|r| r.as_array())
+                .into_iter()
+                .flatten()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            r.sort();
+            r
+        };
+        assert_eq!(required("querylayer_site_context"), Vec::<String>::new());
+        assert_eq!(required("querylayer_list_content"), Vec::<String>::new());
+        assert_eq!(required("querylayer_list_proposals"), Vec::<String>::new());
+        assert_eq!(required("querylayer_begin_run"), ["run_type"]);
+        assert_eq!(required("querylayer_record_artifact"), ["key", "run_id", "value"]);
+        assert_eq!(required("querylayer_finish_run"), ["outcome", "run_id"]);
+        assert_eq!(required("querylayer_create_draft"), ["fields", "run_id"]);
+        assert_eq!(required("querylayer_create_proposal"), ["payload", "run_id", "type"]);
+        assert_eq!(required("querylayer_request_publish_approval"), ["items", "run_id"]);
+    }
+
+    /// `true`/`false` where a subschema stands (properties, items, $defs).
+    fn has_boolean_subschema(v: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        match v {
+            Value::Object(map) => map.iter().any(|(k, v)| match (k.as_str(), v) {
+                ("properties" | "$defs", Value::Object(props)) => {
+                    props.values().any(|p| p.is_boolean() || has_boolean_subschema(p))
+                }
+                ("items", Value::Bool(_)) => true,
+                (_, v) => has_boolean_subschema(v),
+            }),
+            Value::Array(items) => items.iter().any(has_boolean_subschema),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,116 @@
+"""What the end-to-end tests share: the running edge (scripts/test-edge starts it), the operator
+command line for issuing credentials, MCP clients of the official SDK, and the console API.
+
+Every secret a test obtains is appended to $QUERYLAYER_TEST_SECRETS so that the runner can prove
+afterwards that none reached a log."""
+
+import json
+import os
+import subprocess
+import uuid
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+EDGE = os.environ["QUERYLAYER_EDGE_URL"].rstrip("/")
+EDGE_B = os.environ.get("QUERYLAYER_EDGE_URL_B", "").rstrip("/")
+BIN = os.environ["QUERYLAYER_BIN"]
+ADMIN_URL = os.environ["QUERYLAYER_ADMIN_URL"]
+EDGE_DB_URL = os.environ["QUERYLAYER_EDGE_DB_URL"]
+SECRETS = os.environ["QUERYLAYER_TEST_SECRETS"]
+
+WRITE_TOOLS = {
+    "querylayer_begin_run",
+    "querylayer_record_artifact",
+    "querylayer_finish_run",
+    "querylayer_create_draft",
+    "querylayer_create_proposal",
+    "querylayer_request_publish_approval",
+}
+READ_TOOLS = {"querylayer_site_context", "querylayer_list_content", "querylayer_list_proposals"}
+ALL_SCOPES = [
+    "site:read", "content:read", "content:write", "topical-map:read",
+    "topical-map:write", "runs:read", "runs:write", "publish:request",
+]
+
+
+def issued(secret: str) -> None:
+    with open(SECRETS, "a", encoding="utf-8") as f:
+        f.write(secret + "\n")
+
+
+def admin(*args: str) -> dict | list:
+    """Runs `querylayer admin <args> --json` as the operator and returns its JSON."""
+    done = subprocess.run(
+        [BIN, "admin", *args, "--json"],
+        env={**os.environ, "DATABASE_URL": ADMIN_URL},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, f"querylayer admin {args[0]} failed: {done.stderr}"
+    return json.loads(done.stdout)
+
+
+def mint(scopes=ALL_SCOPES, expires_in="1 hour", agent="demo-agent") -> dict:
+    """A fresh connection on the demo site (its secret recorded for the log check)."""
+    out = admin("create-connection", "--site", "demo", "--agent", agent, "--scopes", ",".join(scopes),
+                "--expires-in", expires_in, "--name", f"e2e {uuid.uuid4().hex[:16]}", "--harness", "pytest")
+    issued(out["secret"])
+    return out
+
+
+def member_token(member="demo-owner", role=None) -> str:
+    """A fresh console token; with `role`, for a new member holding that role on demo."""
+    if role is not None:
+        member = f"m-{uuid.uuid4().hex[:10]}"
+        admin("create-member", "--organization", "demo", "--handle", member)
+        admin("set-member-role", "--site", "demo", "--member", member, "--role", role)
+    out = admin("create-member-token", "--site", "demo", "--member", member, "--expires-in", "1 hour")
+    issued(out["token"])
+    return out["token"]
+
+
+def mcp(secret: str | None, mode: str = "auto", url: str = EDGE, transport=None) -> Client:
+    """An official-SDK client of the edge's Streamable HTTP endpoint."""
+    headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=30, transport=transport)
+    return Client(streamable_http_client(f"{url}/mcp", http_client=http), mode=mode)
+
+
+def structured(result) -> dict:
+    assert not result.is_error, f"tool error: {result.content[0].text}"
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def tool_error(result) -> dict:
+    """The error object of a tool error: the same in the text content and in _meta."""
+    assert result.is_error, f"expected a tool error, got {result.structured_content}"
+    assert result.structured_content is None, "tool errors carry no structuredContent"
+    error = json.loads(result.content[0].text)["error"]
+    assert result.meta is not None and result.meta["querylayer/error"] == error
+    assert error["code"] and error["message"]
+    return error
+
+
+class Console:
+    """The member console API."""
+
+    def __init__(self, token: str, url: str = EDGE):
+        self.http = httpx2.Client(base_url=f"{url}/api/console",
+                                  headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    def get(self, path: str, **params):
+        return self.http.get(path, params=params)
+
+    def post(self, path: str, body=None):
+        return self.http.post(path, json=body) if body is not None else self.http.post(path)
+
+
+def raw_post(body: dict, secret: str | None = None, headers: dict | None = None, url: str = EDGE):
+    """One raw JSON-RPC POST to /mcp (to see HTTP statuses the SDK does not surface)."""
+    h = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    if secret:
+        h["authorization"] = f"Bearer {secret}"
+    h.update(headers or {})
+    return httpx2.post(f"{url}/mcp", json=body, headers=h, timeout=30)

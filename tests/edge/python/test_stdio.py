@@ -1,0 +1,35 @@
+"""`querylayer mcp-serve`: the same tools over stdio, as the connection in QUERYLAYER_TOKEN."""
+
+import os
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from harness import BIN, EDGE_DB_URL, admin, mint, structured
+
+pytestmark = pytest.mark.anyio
+
+
+def server(secret):
+    env = {"PATH": os.environ.get("PATH", ""), "DATABASE_URL": EDGE_DB_URL, "QUERYLAYER_TOKEN": secret}
+    return StdioServerParameters(command=BIN, args=["mcp-serve"], env=env)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_stdio_serves_the_connections_tools(mode):
+    connection = mint(["site:read", "content:read", "runs:write"])
+    async with Client(server(connection["secret"]), mode=mode) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "querylayer_begin_run" in names and "querylayer_create_draft" not in names
+        context = structured(await client.call_tool("querylayer_site_context", {}))
+        assert context["connection"]["prefix"] == connection["prefix"]
+        run = structured(await client.call_tool("querylayer_begin_run", {"run_type": "stdio.check"}))
+        assert run["connection_id"] == connection["connection_id"]
+
+
+async def test_stdio_with_a_revoked_secret_lists_nothing():
+    connection = mint()
+    admin("revoke-connection", "--id", connection["connection_id"])
+    with pytest.raises(BaseException):
+        async with Client(server(connection["secret"]), mode="legacy") as client:
+            await client.list_tools()
