@@ -75,10 +75,17 @@ BEGIN
 END
 $$;
 
--- Makes a table append-only and chained. The table needs site_id, id and the four chain columns.
+-- Makes a table (with site_id and id) append-only and chained: adds the four chain columns,
+-- numbers each site's records uniquely, and hashes every insert.
 CREATE FUNCTION querylayer.make_chained(p_table regclass) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    EXECUTE format('ALTER TABLE %s
+                        ADD COLUMN chain_seq bigint NOT NULL,
+                        ADD COLUMN prev_sha256 bytea NOT NULL,
+                        ADD COLUMN content_sha256 bytea NOT NULL,
+                        ADD COLUMN record_sha256 bytea NOT NULL,
+                        ADD UNIQUE (site_id, chain_seq)', p_table);
     PERFORM querylayer.make_append_only(p_table);
     -- "zz_": row triggers fire in name order, and the hash must see the final row.
     EXECUTE format('CREATE TRIGGER zz_chain BEFORE INSERT ON %s

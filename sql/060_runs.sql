@@ -14,12 +14,7 @@ CREATE TABLE querylayer.runs (
     input                 jsonb NOT NULL CHECK (jsonb_typeof(input) = 'object'),
     required_outputs      text[] NOT NULL DEFAULT '{}',
     completion_conditions text[] NOT NULL DEFAULT '{}',
-    started_at            timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq             bigint NOT NULL,
-    prev_sha256           bytea NOT NULL,
-    content_sha256        bytea NOT NULL,
-    record_sha256         bytea NOT NULL,
-    UNIQUE (site_id, chain_seq)
+    started_at            timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX runs_site_started ON querylayer.runs (site_id, started_at DESC);
 SELECT querylayer.isolate_by_site('querylayer.runs');
@@ -41,11 +36,6 @@ CREATE TABLE querylayer.run_events (
     missing_outputs   text[] NOT NULL DEFAULT '{}',
     summary           text,
     created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq         bigint NOT NULL,
-    prev_sha256       bytea NOT NULL,
-    content_sha256    bytea NOT NULL,
-    record_sha256     bytea NOT NULL,
-    UNIQUE (site_id, chain_seq),
     CHECK ((kind = 'finished') = (outcome IS NOT NULL))
 );
 CREATE UNIQUE INDEX run_events_one_start ON querylayer.run_events (run_id) WHERE kind = 'started';
@@ -64,11 +54,6 @@ CREATE TABLE querylayer.run_artifacts (
     connection_id    uuid NOT NULL,
     harness          text NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq        bigint NOT NULL,
-    prev_sha256      bytea NOT NULL,
-    content_sha256   bytea NOT NULL,
-    record_sha256    bytea NOT NULL,
-    UNIQUE (site_id, chain_seq),
     UNIQUE (run_id, key)
 );
 SELECT querylayer.isolate_by_site('querylayer.run_artifacts');

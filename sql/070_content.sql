@@ -119,40 +119,9 @@ CREATE TABLE querylayer.content_items (
 );
 SELECT querylayer.isolate_by_site('querylayer.content_items');
 
-CREATE TABLE querylayer.content_revisions (
-    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
-    content_id      uuid NOT NULL REFERENCES querylayer.content_items ON DELETE RESTRICT,
-    revision_number integer NOT NULL CHECK (revision_number > 0),
-    template_id     uuid NOT NULL REFERENCES querylayer.templates ON DELETE RESTRICT,
-    fields          jsonb NOT NULL CHECK (jsonb_typeof(fields) = 'object'),
-    author_kind     text NOT NULL CHECK (author_kind IN ('agent', 'member')),
-    agent_id        uuid REFERENCES querylayer.agents ON DELETE RESTRICT,
-    connection_id   uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
-    run_id          uuid REFERENCES querylayer.runs ON DELETE RESTRICT,
-    member_id       uuid REFERENCES querylayer.members ON DELETE RESTRICT,
-    created_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq       bigint NOT NULL,
-    prev_sha256     bytea NOT NULL,
-    content_sha256  bytea NOT NULL,
-    record_sha256   bytea NOT NULL,
-    UNIQUE (site_id, chain_seq),
-    UNIQUE (content_id, revision_number),
-    UNIQUE (content_id, id),
-    CHECK (CASE author_kind
-             WHEN 'agent' THEN agent_id IS NOT NULL AND connection_id IS NOT NULL AND run_id IS NOT NULL AND member_id IS NULL
-             ELSE member_id IS NOT NULL AND agent_id IS NULL AND connection_id IS NULL AND run_id IS NULL END)
-);
-SELECT querylayer.isolate_by_site('querylayer.content_revisions');
-SELECT querylayer.make_chained('querylayer.content_revisions');
-
--- The pointers name revisions of the same item.
-ALTER TABLE querylayer.content_items
-    ADD FOREIGN KEY (id, draft_revision_id) REFERENCES querylayer.content_revisions (content_id, id) ON DELETE RESTRICT,
-    ADD FOREIGN KEY (id, published_revision_id) REFERENCES querylayer.content_revisions (content_id, id) ON DELETE RESTRICT;
-
 -- An agent's record belongs to an open run of its own connection; a member's to that member.
--- Held by the tables (revisions, proposals), so no code path can attribute work loosely.
+-- Held by the tables (revisions, proposals, source packages, evidence), so no code path can
+-- attribute work loosely.
 CREATE FUNCTION querylayer.check_authorship() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -162,7 +131,10 @@ BEGIN
         -- Shares the run's lock with its other records; a finish waits for this transaction.
         PERFORM pg_catalog.pg_advisory_xact_lock_shared(pg_catalog.hashtextextended(NEW.run_id::text, 7));
         SELECT * INTO v_run FROM querylayer.runs WHERE id = NEW.run_id;
-        IF NOT FOUND OR v_run.connection_id <> NEW.connection_id OR v_run.agent_id <> NEW.agent_id
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no run % on this site', NEW.run_id USING ERRCODE = 'QL404';
+        END IF;
+        IF v_run.connection_id <> NEW.connection_id OR v_run.agent_id <> NEW.agent_id
            OR v_run.site_id <> NEW.site_id THEN
             RAISE EXCEPTION 'agent work must belong to an open run of the same connection' USING ERRCODE = 'QL403',
                 HINT = 'begin a run with this connection and pass its run_id';
@@ -180,9 +152,47 @@ BEGIN
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER aa_check_authorship BEFORE INSERT ON querylayer.content_revisions
-    FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship();
-ALTER TABLE querylayer.content_revisions ENABLE ALWAYS TRIGGER aa_check_authorship;
+
+-- Gives a table the attribution of agent and member work: who wrote it (an agent through a
+-- connection inside a run, or a member), checked on every insert by check_authorship.
+CREATE FUNCTION querylayer.make_attributed(p_table regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('ALTER TABLE %s
+        ADD COLUMN author_kind text NOT NULL DEFAULT ''agent'' CHECK (author_kind IN (''agent'', ''member'')),
+        ADD COLUMN agent_id uuid REFERENCES querylayer.agents ON DELETE RESTRICT,
+        ADD COLUMN connection_id uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
+        ADD COLUMN run_id uuid REFERENCES querylayer.runs ON DELETE RESTRICT,
+        ADD COLUMN member_id uuid REFERENCES querylayer.members ON DELETE RESTRICT,
+        ADD CHECK (CASE author_kind
+            WHEN ''agent'' THEN agent_id IS NOT NULL AND connection_id IS NOT NULL AND run_id IS NOT NULL AND member_id IS NULL
+            ELSE member_id IS NOT NULL AND agent_id IS NULL AND connection_id IS NULL AND run_id IS NULL END)', p_table);
+    EXECUTE format('CREATE TRIGGER aa_check_authorship BEFORE INSERT ON %s
+                    FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship()', p_table);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER aa_check_authorship', p_table);
+END
+$$;
+
+CREATE TABLE querylayer.content_revisions (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    content_id      uuid NOT NULL REFERENCES querylayer.content_items ON DELETE RESTRICT,
+    revision_number integer NOT NULL CHECK (revision_number > 0),
+    template_id     uuid NOT NULL REFERENCES querylayer.templates ON DELETE RESTRICT,
+    fields          jsonb NOT NULL CHECK (jsonb_typeof(fields) = 'object'),
+    created_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    UNIQUE (content_id, revision_number),
+    UNIQUE (content_id, id)
+);
+SELECT querylayer.isolate_by_site('querylayer.content_revisions');
+SELECT querylayer.make_attributed('querylayer.content_revisions');
+SELECT querylayer.make_chained('querylayer.content_revisions');
+
+-- The pointers name revisions of the same item.
+ALTER TABLE querylayer.content_items
+    ADD FOREIGN KEY (id, draft_revision_id) REFERENCES querylayer.content_revisions (content_id, id) ON DELETE RESTRICT,
+    ADD FOREIGN KEY (id, published_revision_id) REFERENCES querylayer.content_revisions (content_id, id) ON DELETE RESTRICT;
+
 
 -- The live pointer, its timestamp and archived_at move only under the lifecycle mark, which
 -- only the extension's execution of an approved decision sets. Items are never deleted, their

@@ -27,27 +27,12 @@ CREATE TABLE querylayer.proposals (
     risk           text NOT NULL,
     summary        text CHECK (length(summary) <= 2000),
     payload        jsonb NOT NULL CHECK (jsonb_typeof(payload) = 'object'),
-    author_kind    text NOT NULL CHECK (author_kind IN ('agent', 'member')),
-    agent_id       uuid REFERENCES querylayer.agents ON DELETE RESTRICT,
-    connection_id  uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
-    run_id         uuid REFERENCES querylayer.runs ON DELETE RESTRICT,
-    member_id      uuid REFERENCES querylayer.members ON DELETE RESTRICT,
-    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq),
-    CHECK (CASE author_kind
-             WHEN 'agent' THEN agent_id IS NOT NULL AND connection_id IS NOT NULL AND run_id IS NOT NULL AND member_id IS NULL
-             ELSE member_id IS NOT NULL AND agent_id IS NULL AND connection_id IS NULL AND run_id IS NULL END)
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX proposals_site_created ON querylayer.proposals (site_id, created_at DESC);
 SELECT querylayer.isolate_by_site('querylayer.proposals');
+SELECT querylayer.make_attributed('querylayer.proposals');
 SELECT querylayer.make_chained('querylayer.proposals');
-CREATE TRIGGER aa_check_authorship BEFORE INSERT ON querylayer.proposals
-    FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship();
-ALTER TABLE querylayer.proposals ENABLE ALWAYS TRIGGER aa_check_authorship;
 
 -- The server assigns risk from the type, whatever the insert says.
 CREATE FUNCTION querylayer.assign_risk() RETURNS trigger
@@ -86,12 +71,7 @@ CREATE TABLE querylayer.proposal_decisions (
     member_id      uuid NOT NULL REFERENCES querylayer.members ON DELETE RESTRICT,
     member_role    text NOT NULL,
     note           text CHECK (length(note) <= 4000),
-    decided_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq)
+    decided_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 SELECT querylayer.isolate_by_site('querylayer.proposal_decisions');
 SELECT querylayer.make_chained('querylayer.proposal_decisions');
@@ -131,12 +111,7 @@ CREATE TABLE querylayer.proposal_executions (
     proposal_id    uuid NOT NULL UNIQUE REFERENCES querylayer.proposals ON DELETE RESTRICT,
     status         text NOT NULL CHECK (status IN ('applied', 'failed')),
     detail         jsonb NOT NULL,
-    executed_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq)
+    executed_at    timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 SELECT querylayer.isolate_by_site('querylayer.proposal_executions');
 SELECT querylayer.make_chained('querylayer.proposal_executions');

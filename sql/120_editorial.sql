@@ -85,12 +85,7 @@ CREATE TABLE querylayer.content_briefs (
     topic_slug     text NOT NULL,
     title          text NOT NULL,
     brief          jsonb NOT NULL,
-    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq)
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 SELECT querylayer.isolate_by_site('querylayer.content_briefs');
 SELECT querylayer.make_chained('querylayer.content_briefs');

@@ -13,24 +13,12 @@ CREATE TABLE querylayer.content_source_packages (
     record_count   integer NOT NULL,
     invalid_count  integer NOT NULL,
     warnings       jsonb NOT NULL,
-    author_kind    text NOT NULL DEFAULT 'agent' CHECK (author_kind IN ('agent', 'member')),
-    agent_id       uuid REFERENCES querylayer.agents ON DELETE RESTRICT,
-    connection_id  uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
-    run_id         uuid REFERENCES querylayer.runs ON DELETE RESTRICT,
-    member_id      uuid REFERENCES querylayer.members ON DELETE RESTRICT,
     staged_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq),
     UNIQUE (site_id, package_sha256)
 );
 SELECT querylayer.isolate_by_site('querylayer.content_source_packages');
+SELECT querylayer.make_attributed('querylayer.content_source_packages');
 SELECT querylayer.make_chained('querylayer.content_source_packages');
-CREATE TRIGGER aa_check_authorship BEFORE INSERT ON querylayer.content_source_packages
-    FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship();
-ALTER TABLE querylayer.content_source_packages ENABLE ALWAYS TRIGGER aa_check_authorship;
 
 CREATE TABLE querylayer.content_source_records (
     id            uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -176,12 +164,22 @@ CREATE FUNCTION querylayer_api.propose_content_source_draft(p_run_id uuid, p_pac
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_bad   record;
-    v_first boolean;
+    v_bad     record;
+    v_first   boolean;
+    v_missing uuid;
 BEGIN
     PERFORM querylayer.require_connection('content:write');
     IF p_record_ids IS NULL OR cardinality(p_record_ids) NOT BETWEEN 1 AND 100 THEN
         RAISE EXCEPTION 'record_ids: 1 to 100 staged record ids are required' USING ERRCODE = '22023';
+    END IF;
+    -- Packages and records of other sites are invisible: not found, like every foreign id.
+    IF NOT EXISTS (SELECT 1 FROM querylayer.content_source_packages WHERE id = p_package_id) THEN
+        RAISE EXCEPTION 'package_id: no source package % on this site', p_package_id USING ERRCODE = 'QL404';
+    END IF;
+    SELECT x INTO v_missing FROM unnest(p_record_ids) x
+     WHERE NOT EXISTS (SELECT 1 FROM querylayer.content_source_records r WHERE r.id = x) LIMIT 1;
+    IF v_missing IS NOT NULL THEN
+        RAISE EXCEPTION 'record_ids: no staged record % on this site', v_missing USING ERRCODE = 'QL404';
     END IF;
     SELECT x AS id, r.valid, r.package_id INTO v_bad
       FROM unnest(p_record_ids) x LEFT JOIN querylayer.content_source_records r ON r.id = x

@@ -15,23 +15,11 @@ CREATE TABLE querylayer.claim_evidence (
     quoted_span    text NOT NULL CHECK (length(quoted_span) BETWEEN 1 AND 4000),
     retrieved_at   timestamptz NOT NULL,
     source_sha256  text NOT NULL CHECK (source_sha256 ~ '^[0-9a-f]{64}$'),
-    author_kind    text NOT NULL DEFAULT 'agent' CHECK (author_kind IN ('agent', 'member')),
-    agent_id       uuid REFERENCES querylayer.agents ON DELETE RESTRICT,
-    connection_id  uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
-    run_id         uuid REFERENCES querylayer.runs ON DELETE RESTRICT,
-    member_id      uuid REFERENCES querylayer.members ON DELETE RESTRICT,
-    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq)
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 SELECT querylayer.isolate_by_site('querylayer.claim_evidence');
+SELECT querylayer.make_attributed('querylayer.claim_evidence');
 SELECT querylayer.make_chained('querylayer.claim_evidence');
-CREATE TRIGGER aa_check_authorship BEFORE INSERT ON querylayer.claim_evidence
-    FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship();
-ALTER TABLE querylayer.claim_evidence ENABLE ALWAYS TRIGGER aa_check_authorship;
 
 CREATE TABLE querylayer.evidence_jobs (
     id          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -185,7 +173,9 @@ GRANT EXECUTE ON FUNCTION querylayer_api.record_claim_evidence, querylayer_api.l
 -- The worker (querylayer_worker).
 
 -- Takes up to p_limit due jobs across sites (SKIP LOCKED: several workers never take one job
--- twice) and returns what to fetch. The source hash stays here.
+-- twice) and returns what to fetch. The source hash stays here. A job still running 15 minutes
+-- after it was taken belongs to a worker that died; it is taken again (otherwise its evidence,
+-- which may have only one open job, would never be re-verified again).
 CREATE FUNCTION querylayer_api.worker_claim_evidence_jobs(p_limit integer DEFAULT 20) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -199,7 +189,9 @@ BEGIN
         PERFORM querylayer.enter_operator(v_site);
         FOR j IN SELECT jb.id, jb.evidence_id, e.source_url
                    FROM querylayer.evidence_jobs jb JOIN querylayer.claim_evidence e ON e.id = jb.evidence_id
-                  WHERE jb.site_id = v_site AND jb.state = 'due' AND jb.due_at <= now()
+                  WHERE jb.site_id = v_site
+                    AND ((jb.state = 'due' AND jb.due_at <= now())
+                         OR (jb.state = 'running' AND jb.started_at < now() - interval '15 minutes'))
                   ORDER BY jb.due_at LIMIT p_limit - jsonb_array_length(v_out)
                     FOR UPDATE OF jb SKIP LOCKED LOOP
             UPDATE querylayer.evidence_jobs SET state = 'running', started_at = now() WHERE id = j.id;

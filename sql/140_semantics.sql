@@ -49,11 +49,6 @@ CREATE TABLE querylayer.semantic_models (
     imported_by    text NOT NULL,
     connection_id  uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
     imported_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq),
     UNIQUE (site_id, version)
 );
 SELECT querylayer.isolate_by_site('querylayer.semantic_models');
@@ -67,11 +62,6 @@ CREATE TABLE querylayer.rights_documents (
     problems       jsonb NOT NULL,
     imported_by    text NOT NULL,
     imported_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq),
     UNIQUE (site_id, version)
 );
 SELECT querylayer.isolate_by_site('querylayer.rights_documents');
@@ -92,12 +82,7 @@ CREATE TABLE querylayer.access_receipts (
     answer_id      uuid,
     rights_id      uuid REFERENCES querylayer.rights_documents ON DELETE RESTRICT,
     connection_id  uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
-    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq)
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 SELECT querylayer.isolate_by_site('querylayer.access_receipts');
 SELECT querylayer.make_chained('querylayer.access_receipts');
@@ -118,12 +103,7 @@ CREATE TABLE querylayer.answers (
     denied_sources jsonb NOT NULL,
     envelope       jsonb NOT NULL,
     server_key_id  uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
-    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq)
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 SELECT querylayer.isolate_by_site('querylayer.answers');
 SELECT querylayer.make_chained('querylayer.answers');
@@ -152,12 +132,7 @@ CREATE TABLE querylayer.lineage_events (
     run_id         uuid NOT NULL,
     event          json NOT NULL,
     event_sha256   text NOT NULL CHECK (event_sha256 = encode(sha256(convert_to(event::text, 'UTF8')), 'hex')),
-    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq      bigint NOT NULL,
-    prev_sha256    bytea NOT NULL,
-    content_sha256 bytea NOT NULL,
-    record_sha256  bytea NOT NULL,
-    UNIQUE (site_id, chain_seq)
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 SELECT querylayer.isolate_by_site('querylayer.lineage_events');
 SELECT querylayer.make_chained('querylayer.lineage_events');
@@ -168,12 +143,7 @@ CREATE TABLE querylayer.attestations (
     lineage_event_id uuid NOT NULL UNIQUE REFERENCES querylayer.lineage_events ON DELETE RESTRICT,
     server_key_id    uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
     attestation      jsonb NOT NULL,
-    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    chain_seq        bigint NOT NULL,
-    prev_sha256      bytea NOT NULL,
-    content_sha256   bytea NOT NULL,
-    record_sha256    bytea NOT NULL,
-    UNIQUE (site_id, chain_seq)
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 SELECT querylayer.isolate_by_site('querylayer.attestations');
 SELECT querylayer.make_chained('querylayer.attestations');
@@ -496,12 +466,35 @@ BEGIN
 END
 $$;
 
+-- The story's roster and what its recorded runs said (read-only: reading it runs nothing).
+CREATE FUNCTION querylayer_api.story_overview() RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    RETURN jsonb_build_object(
+        'roster', querylayer.story_roster(),
+        'recorded_runs', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                              'agent', e.story_agent, 'run_id', e.run_id, 'event_sha256', e.event_sha256,
+                              'created_at', e.created_at) ORDER BY e.chain_seq DESC), '[]')
+                            FROM (SELECT * FROM querylayer.lineage_events
+                                   WHERE site_id = querylayer.ctx_site_id() AND story_agent IS NOT NULL
+                                   ORDER BY chain_seq DESC LIMIT 60) e),
+        'receipts', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                         'principal', r.principal, 'resource', r.resource, 'allowed', r.allowed, 'reason', r.reason,
+                         'issued_at', r.issued_at) ORDER BY r.chain_seq DESC), '[]')
+                       FROM (SELECT * FROM querylayer.access_receipts
+                              WHERE site_id = querylayer.ctx_site_id() AND decided_for = 'story'
+                              ORDER BY chain_seq DESC LIMIT 60) r));
+END
+$$;
+
 -- The public key material: the current did:key and every earlier one (for verifying older
 -- attestations). Callable without a context: these are public.
 CREATE FUNCTION querylayer_api.server_keys() RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT jsonb_build_object(
         'current', (SELECT did_key FROM querylayer.server_keys WHERE retired_at IS NULL),
+        'envelope_recipient', (SELECT value #>> '{}' FROM querylayer.settings WHERE key = 'server_did'),
         'keys', (SELECT jsonb_agg(jsonb_build_object('did_key', did_key, 'created_at', created_at, 'retired_at', retired_at)
                                   ORDER BY created_at) FROM querylayer.server_keys))
 $$;
@@ -525,7 +518,7 @@ $$;
 GRANT EXECUTE ON FUNCTION querylayer_api.import_semantic_model, querylayer_api.get_semantic_model,
     querylayer_api.search_semantic_model, querylayer_api.resolve_metric, querylayer_api.check_access,
     querylayer_api.build_navigator_bundle, querylayer_api.answer_question, querylayer_api.prepare_answer,
-    querylayer_api.complete_answer, querylayer_api.run_qglake_story, querylayer_api.server_keys,
+    querylayer_api.complete_answer, querylayer_api.run_qglake_story, querylayer_api.story_overview, querylayer_api.server_keys,
     querylayer_api.list_lineage TO querylayer_edge;
 
 -- -------------------------------------------------------------------------------------------

@@ -297,7 +297,11 @@ fn uuid_field(v: &Value, key: &str) -> Option<Uuid> {
 }
 
 /// The saved plan of `sql` (one bytea or uuid parameter), prepared on first use.
-fn plan(client: &pgrx::spi::SpiClient<'_>, sql: &'static str, arg: pg_sys::Oid) -> std::rc::Rc<pgrx::spi::OwnedPreparedStatement> {
+fn plan(
+    client: &pgrx::spi::SpiClient<'_>,
+    sql: &'static str,
+    arg: pg_sys::Oid,
+) -> std::rc::Rc<pgrx::spi::OwnedPreparedStatement> {
     if let Some(p) = PLANS.with(|m| m.borrow().get(sql).cloned()) {
         return p;
     }
@@ -382,7 +386,6 @@ fn authentication_failed(credential: Credential, reason: &str, subject: Option<U
         None => log!("querylayer: {} authentication failed: {reason}", credential.kind()),
     }
     ereport!(ERROR, PgSqlErrorCode::ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION, "authentication failed");
-
 }
 
 pub fn authenticate(credential: Credential, fingerprint: &[u8]) -> JsonB {
@@ -446,11 +449,8 @@ pub fn record_failure(credential: Credential, fingerprint: &[u8], channel: &str)
         "subject_site_id": site.map(|u| u.to_string()),
         "channel": channel,
     });
-    Spi::run_with_args(
-        "SELECT querylayer.audit_failed_authentication($1)",
-        &[JsonB(detail).into()],
-    )
-    .unwrap_or_else(|e| error!("querylayer: could not record the failed authentication: {e}"));
+    Spi::run_with_args("SELECT querylayer.audit_failed_authentication($1)", &[JsonB(detail).into()])
+        .unwrap_or_else(|e| error!("querylayer: could not record the failed authentication: {e}"));
     true
 }
 

@@ -71,11 +71,27 @@ pub fn authenticate(header: Option<&str>, method: &str, path: &str, body_sha256:
     };
     let header = match header.map(str::trim) {
         Some(h) if !h.is_empty() => h,
-        _ => return denied("missing x-qg-envelope header".into(), Value::Null, Value::Null, Value::Null, Value::Null),
+        _ => {
+            return denied(
+                "missing x-qg-envelope header".into(),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            )
+        }
     };
     let envelope = match Envelope::parse(header) {
         Ok(e) => e,
-        Err(e) => return denied(format!("unparseable envelope: {e}"), Value::Null, Value::Null, Value::Null, Value::Null),
+        Err(e) => {
+            return denied(
+                format!("unparseable envelope: {e}"),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            )
+        }
     };
     let body_hex = hex::encode(body_sha256);
     let facts = RequestFacts {
@@ -101,7 +117,9 @@ pub fn authenticate(header: Option<&str>, method: &str, path: &str, body_sha256:
             let id = v["connection_id"].clone();
             (Some(v), id)
         }
-        Resolution::Dead { subject, .. } => (None, subject.map(|u| Value::String(u.to_string())).unwrap_or(Value::Null)),
+        Resolution::Dead { subject, .. } => {
+            (None, subject.map(|u| Value::String(u.to_string())).unwrap_or(Value::Null))
+        }
     };
     checks.push("keyBound", verdict.is_some());
 
@@ -110,7 +128,11 @@ pub fn authenticate(header: Option<&str>, method: &str, path: &str, body_sha256:
         let unused = checks.all_passed()
             && Spi::get_one_with_args::<bool>(
                 "SELECT querylayer.spend_nonce($1, $2, $3)",
-                &[envelope.sender.as_str().into(), envelope.nonce.as_deref().unwrap_or("").into(), s.freshness_seconds.into()],
+                &[
+                    envelope.sender.as_str().into(),
+                    envelope.nonce.as_deref().unwrap_or("").into(),
+                    s.freshness_seconds.into(),
+                ],
             )
             .unwrap_or_else(|e| error!("querylayer: nonce check failed: {e}"))
             .unwrap_or(false);
@@ -155,10 +177,39 @@ fn canonical_sha256(value: JsonB) -> String {
     canonical::sha256_hex(canonical::canonical_json_value(&value.0).as_bytes())
 }
 
+/// Checks an envelope on its own (no request, no binding): its payload hash and its signature
+/// against its own verification method.
+pub fn verify_standalone(text: &str) -> JsonB {
+    match Envelope::parse(text) {
+        Err(e) => JsonB(json!({"parsed": false, "error": e.to_string(), "payload_hash_valid": false,
+                               "signed": false, "signature_valid": false})),
+        Ok(env) => JsonB(json!({
+            "parsed": true,
+            "profile": env.signing_profile().as_str(),
+            "sender": env.sender,
+            "verification_method": env.verification_method,
+            "payload_hash_valid": env.recomputed_payload_sha256() == env.payload_sha256,
+            "signed": env.signature.starts_with("ed25519:"),
+            "signature_valid": env.signature_valid(),
+            "sender_matches_verification_method": env.verification_method.as_deref()
+                .and_then(|vm| vm.split('#').next()) == Some(env.sender.as_str()),
+        })),
+    }
+}
+
 #[pg_schema]
 mod querylayer_api {
     use pgrx::prelude::*;
     use pgrx::JsonB;
+
+    /// Verifies a TypeDID envelope (JSON text) on its own: the payload hash and the signature
+    /// against the envelope's verification method. Decides nothing about access.
+    /// SECURITY DEFINER only for uniformity of the surface; it reads nothing.
+    #[pg_extern(security_definer, immutable, parallel_safe)]
+    #[search_path(pg_catalog, pg_temp)]
+    fn verify_envelope(p_envelope: &str) -> JsonB {
+        super::verify_standalone(p_envelope)
+    }
 
     /// Verifies the `x-qg-envelope` header of one `/v1` request (method, exact path, SHA-256 of
     /// the exact body) and, when every check passes, holds the bound connection's context for

@@ -65,7 +65,13 @@ extension_sql_file!("../../sql/135_forms.sql", name = "forms", requires = ["evid
 extension_sql_file!(
     "../../sql/140_semantics.sql",
     name = "semantics",
-    requires = ["forms", semantic::key_did, semantic::new_key_secret, semantic::story_roster, semantic::demo_documents]
+    requires = [
+        "forms",
+        semantic::key_did,
+        semantic::new_key_secret,
+        semantic::story_roster,
+        semantic::demo_documents
+    ]
 );
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 

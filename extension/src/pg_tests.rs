@@ -23,9 +23,7 @@ mod tests {
     }
 
     fn authenticate(secret: &str) -> Value {
-        json(&format!(
-            "SELECT querylayer_api.authenticate(sha256(convert_to('{secret}', 'UTF8')))"
-        ))
+        json(&format!("SELECT querylayer_api.authenticate(sha256(convert_to('{secret}', 'UTF8')))"))
     }
 
     /// Runs `sql` and requires it to fail with `sqlstate` (a subtransaction catches the error, so
@@ -53,9 +51,15 @@ mod tests {
             "SELECT format('%s/%s/%s', rolcanlogin, rolbypassrls, rolsuper) FROM pg_roles WHERE rolname = 'querylayer_owner'",
         );
         assert_eq!(owner, "f/f/f");
-        let edge = text("SELECT format('%s/%s', rolbypassrls, rolsuper) FROM pg_roles WHERE rolname = 'querylayer_edge'");
+        let edge = text(
+            "SELECT format('%s/%s', rolbypassrls, rolsuper) FROM pg_roles WHERE rolname = 'querylayer_edge'",
+        );
         assert_eq!(edge, "f/f");
-        assert!(Spi::get_one::<bool>("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'querylayer_admin')").unwrap().unwrap());
+        assert!(Spi::get_one::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'querylayer_admin')"
+        )
+        .unwrap()
+        .unwrap());
         let definers = Spi::get_one::<i64>(
             "SELECT count(*) FROM pg_proc WHERE pronamespace = 'querylayer_api'::regnamespace
               AND (NOT prosecdef OR proowner <> 'querylayer_owner'::regrole
@@ -63,7 +67,10 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!(definers, 0, "every API function is SECURITY DEFINER, owned by querylayer_owner, with a pinned search_path");
+        assert_eq!(
+            definers, 0,
+            "every API function is SECURITY DEFINER, owned by querylayer_owner, with a pinned search_path"
+        );
     }
 
     #[pg_test]
@@ -142,7 +149,9 @@ mod tests {
         assert!(!site.to_string().contains(&secret[12..]), "the secret never comes back");
     }
 
-    #[pg_test(error = "this transaction already carries a request context; authenticate once per transaction")]
+    #[pg_test(
+        error = "this transaction already carries a request context; authenticate once per transaction"
+    )]
     fn edge_cannot_switch_principal_within_a_transaction() {
         let secret = demo_secret();
         as_edge();
@@ -224,7 +233,9 @@ mod tests {
         Spi::run("TRUNCATE querylayer.run_events CASCADE").unwrap();
     }
 
-    #[pg_test(error = "querylayer_owner may not run DDL (ALTER TABLE); schema changes go through extension upgrades")]
+    #[pg_test(
+        error = "querylayer_owner may not run DDL (ALTER TABLE); schema changes go through extension upgrades"
+    )]
     fn owner_cannot_disable_the_append_only_triggers() {
         as_owner();
         Spi::run("ALTER TABLE querylayer.run_events DISABLE TRIGGER append_only_row").unwrap();
@@ -262,7 +273,8 @@ mod tests {
         let ctx = authenticate(before["connection"]["secret"].as_str().unwrap());
         assert_eq!(ctx["agent_id"], agent["agent_id"]);
         assert_eq!(ctx["scopes"].as_array().unwrap().len(), 8);
-        let renames = Spi::get_one::<i64>("SELECT count(*) FROM querylayer.agent_profile_renames").unwrap().unwrap();
+        let renames =
+            Spi::get_one::<i64>("SELECT count(*) FROM querylayer.agent_profile_renames").unwrap().unwrap();
         assert_eq!(renames, 1);
     }
 
@@ -285,7 +297,8 @@ mod tests {
     fn listing_connections_shows_no_secret_or_fingerprint() {
         let seeded = json("SELECT querylayer_api.seed_demo()");
         let secret = seeded["connection"]["secret"].as_str().unwrap();
-        let listed = text("SELECT jsonb_agg(to_jsonb(c))::text FROM querylayer_api.list_connections('demo') c");
+        let listed =
+            text("SELECT jsonb_agg(to_jsonb(c))::text FROM querylayer_api.list_connections('demo') c");
         assert!(!listed.contains(secret));
         assert!(!listed.contains(&secret[12..]));
         let fingerprint = text(&format!("SELECT encode(sha256(convert_to('{secret}', 'UTF8')), 'hex')"));
@@ -333,7 +346,11 @@ mod tests {
         let d = json(&format!(
             "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"T\", \"body\": \"B\"}}', NULL, '{slug}')"
         ));
-        (run_id, d["content_id"].as_str().unwrap().to_string(), d["revision_id"].as_str().unwrap().to_string())
+        (
+            run_id,
+            d["content_id"].as_str().unwrap().to_string(),
+            d["revision_id"].as_str().unwrap().to_string(),
+        )
     }
 
     fn redraft(run_id: &str, content_id: &str) -> String {
@@ -365,7 +382,8 @@ mod tests {
         assert_eq!(live_pointer(&content_id), None, "creating a draft leaves the live pointer untouched");
         let proposal = request_publish(&run_id, &content_id, &revision_id);
         as_member(&site.owner_token);
-        let decided = json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve', 'ship it')"));
+        let decided =
+            json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve', 'ship it')"));
         assert_eq!(decided["state"], "applied", "{decided}");
         assert_eq!(live_pointer(&content_id), Some(revision_id));
     }
@@ -428,10 +446,8 @@ mod tests {
         // The superuser, directly and from inside a function.
         expect_sqlstate(&set_live, "QL423");
         expect_sqlstate("UPDATE querylayer.content_items SET archived_at = now()", "QL423");
-        Spi::run(&format!(
-            "CREATE FUNCTION pg_temp.sneak() RETURNS void LANGUAGE sql AS $$ {set_live} $$"
-        ))
-        .unwrap();
+        Spi::run(&format!("CREATE FUNCTION pg_temp.sneak() RETURNS void LANGUAGE sql AS $$ {set_live} $$"))
+            .unwrap();
         expect_sqlstate("SELECT pg_temp.sneak()", "QL423");
         // Even replica mode does not skip the guard.
         Spi::run("SET LOCAL session_replication_role = replica").unwrap();
@@ -488,7 +504,8 @@ mod tests {
         expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'approve')"), "QL403");
         as_member(&editor);
         expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{archive}', 'approve')"), "QL403");
-        let rejected = json(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'reject', 'not yet')"));
+        let rejected =
+            json(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'reject', 'not yet')"));
         assert_eq!(rejected["state"], "rejected");
         expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'approve')"), "QL409");
     }
@@ -501,7 +518,9 @@ mod tests {
         Spi::run("SELECT querylayer_api.create_site('demo', 'other')").unwrap();
         Spi::run("SELECT querylayer_api.create_member('demo', 'stranger')").unwrap();
         Spi::run("SELECT querylayer_api.set_member_role('other', 'stranger', 'owner')").unwrap();
-        let token = json("SELECT querylayer_api.create_member_token('other', 'stranger', 't', now() + interval '1 hour')");
+        let token = json(
+            "SELECT querylayer_api.create_member_token('other', 'stranger', 't', now() + interval '1 hour')",
+        );
         as_member(token["token"].as_str().unwrap());
         expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"), "QL404");
         assert_eq!(live_pointer(&content_id), None);
@@ -519,7 +538,10 @@ mod tests {
         assert_eq!(decided["decision"]["decision"], "approved");
         let problem = &decided["execution"]["detail"]["problems"][0];
         assert_eq!(problem["reason"], "stale_revision");
-        assert_eq!(problem["message"], format!("revision {revision_id} is no longer the current draft (now {newer})"));
+        assert_eq!(
+            problem["message"],
+            format!("revision {revision_id} is no longer the current draft (now {newer})")
+        );
         assert_eq!(live_pointer(&content_id), None);
     }
 
@@ -551,7 +573,10 @@ mod tests {
         authenticate(&site.secret);
         let archive = json(&archive_live)["proposal_id"].as_str().unwrap().to_string();
         as_member(&site.owner_token);
-        assert_eq!(json(&format!("SELECT querylayer_api.decide_proposal('{archive}', 'approve')"))["state"], "applied");
+        assert_eq!(
+            json(&format!("SELECT querylayer_api.decide_proposal('{archive}', 'approve')"))["state"],
+            "applied"
+        );
         let archived_at = text(&format!(
             "SELECT to_jsonb(archived_at)#>>'{{}}' FROM querylayer.content_items WHERE id = '{content_id}'"
         ));
@@ -564,9 +589,14 @@ mod tests {
             .unwrap()
             .to_string();
         as_member(&site.owner_token);
-        assert_eq!(json(&format!("SELECT querylayer_api.decide_proposal('{restore}', 'approve')"))["state"], "applied");
+        assert_eq!(
+            json(&format!("SELECT querylayer_api.decide_proposal('{restore}', 'approve')"))["state"],
+            "applied"
+        );
         assert_eq!(live_pointer(&content_id), None, "restoring never republishes");
-        let state = text(&format!("SELECT querylayer.content_state(c) FROM querylayer.content_items c WHERE id = '{content_id}'"));
+        let state = text(&format!(
+            "SELECT querylayer.content_state(c) FROM querylayer.content_items c WHERE id = '{content_id}'"
+        ));
         assert_eq!(state, "draft");
     }
 
@@ -624,14 +654,24 @@ mod tests {
         let signer = Signer::from_seed_bytes(b"pg-test-key");
         let body = r#"{"question": "q"}"#;
         let payload = serde_json::json!({"bodySha256": canonical::sha256_hex(body.as_bytes())});
-        let env = Envelope::mint_v2(&signer, "did:web:qg-server", "invoke", "/v1/answer", &payload, "POST", created_at, nonce);
+        let env = Envelope::mint_v2(
+            &signer,
+            "did:web:qg-server",
+            "invoke",
+            "/v1/answer",
+            &payload,
+            "POST",
+            created_at,
+            nonce,
+        );
         (env.to_header_json(), signer.did_key())
     }
 
     #[pg_test]
     fn an_unbound_key_is_refused_and_a_bound_key_acts_as_its_connection() {
         let v = &envelope_vectors()["v1"][1];
-        let (header, path, body) = (v["header"].as_str().unwrap(), v["path"].as_str().unwrap(), v["body_utf8"].as_str().unwrap());
+        let (header, path, body) =
+            (v["header"].as_str().unwrap(), v["path"].as_str().unwrap(), v["body_utf8"].as_str().unwrap());
         let refused = authenticate_envelope(header, "POST", path, body);
         assert_eq!(refused["allowed"], false);
         assert_eq!(refused["error"], "envelope auth failed");
@@ -650,10 +690,13 @@ mod tests {
         assert_eq!(elsewhere["checks"]["resourceBoundToPath"], false);
         let swapped = authenticate_envelope(header, "POST", path, "{}");
         assert_eq!(swapped["checks"]["bodyBound"], false);
-        let missing = json("SELECT querylayer_api.authenticate_envelope(NULL, 'POST', '/v1/answer', sha256(''::bytea))");
+        let missing = json(
+            "SELECT querylayer_api.authenticate_envelope(NULL, 'POST', '/v1/answer', sha256(''::bytea))",
+        );
         assert_eq!(missing["error"], "missing x-qg-envelope header");
         assert_eq!(missing["checks"], Value::Null);
-        let receipts = Spi::get_one::<i64>("SELECT count(*) FROM querylayer.envelope_receipts").unwrap().unwrap();
+        let receipts =
+            Spi::get_one::<i64>("SELECT count(*) FROM querylayer.envelope_receipts").unwrap().unwrap();
         assert_eq!(receipts, 5, "every decision is a receipt");
     }
 
@@ -678,7 +721,12 @@ mod tests {
         let v = &envelope_vectors()["v1"][1];
         bind(v["did_key"].as_str().unwrap());
         Spi::run("SELECT querylayer_api.set_setting('envelope_require_v2', 'true')").unwrap();
-        let refused = authenticate_envelope(v["header"].as_str().unwrap(), "POST", v["path"].as_str().unwrap(), v["body_utf8"].as_str().unwrap());
+        let refused = authenticate_envelope(
+            v["header"].as_str().unwrap(),
+            "POST",
+            v["path"].as_str().unwrap(),
+            v["body_utf8"].as_str().unwrap(),
+        );
         assert_eq!(refused["checks"]["profileAccepted"], false);
         assert_eq!(refused["allowed"], false);
     }
@@ -703,9 +751,13 @@ mod tests {
         let site = content_site();
         as_member(&site.owner_token);
         json(&format!("SELECT querylayer_api.console_register_session('demo-profile-0001', '{session}')"));
-        let conv = json(&format!("SELECT querylayer_api.console_open_conversation('demo-profile-0001', '{session}', 'Pricing page')"));
+        let conv = json(&format!(
+            "SELECT querylayer_api.console_open_conversation('demo-profile-0001', '{session}', 'Pricing page')"
+        ));
         let conv_id = conv["conversation_id"].as_str().unwrap().to_string();
-        let turn = json(&format!("SELECT querylayer_api.console_add_turn('{conv_id}', 'Draft, revise and publish a pricing page')"));
+        let turn = json(&format!(
+            "SELECT querylayer_api.console_add_turn('{conv_id}', 'Draft, revise and publish a pricing page')"
+        ));
         (site, conv_id, turn["turn_id"].as_str().unwrap().to_string())
     }
 
@@ -761,7 +813,10 @@ mod tests {
             "SELECT querylayer_api.complete_console_task('{turn}', 'succeeded', 'sess-2', '{step2}', 'proposed', ARRAY['{run_id}']::uuid[], ARRAY['{proposal}']::uuid[])"
         ));
         assert_eq!(waiting["status"], "awaiting_approval");
-        assert_eq!(json(&format!("SELECT querylayer_api.claim_console_task('sess-2', '{turn}')"))["status"], "awaiting_approval");
+        assert_eq!(
+            json(&format!("SELECT querylayer_api.claim_console_task('sess-2', '{turn}')"))["status"],
+            "awaiting_approval"
+        );
         as_member(&site.owner_token);
         json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"));
         authenticate(&site.secret);
@@ -778,8 +833,13 @@ mod tests {
         json(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'approve')"));
         assert_eq!(live_pointer(&content_id), Some(rev));
         authenticate(&site.secret);
-        assert_eq!(json(&format!("SELECT querylayer_api.claim_console_task('sess-2', '{turn}')"))["status"], "completed");
-        let done = json(&format!("SELECT querylayer_api.complete_console_task('{turn}', 'completed', 'sess-2', NULL, 'published')"));
+        assert_eq!(
+            json(&format!("SELECT querylayer_api.claim_console_task('sess-2', '{turn}')"))["status"],
+            "completed"
+        );
+        let done = json(&format!(
+            "SELECT querylayer_api.complete_console_task('{turn}', 'completed', 'sess-2', NULL, 'published')"
+        ));
         assert_eq!(done["turn"]["state"], "completed");
     }
 
@@ -797,7 +857,9 @@ mod tests {
             assert_eq!(state["step"]["key"], "a", "attempt {attempt}: {state}");
             assert_eq!(state["step"]["retry_count"], attempt);
             let step = state["step"]["step_id"].as_str().unwrap().to_string();
-            state = json(&format!("SELECT querylayer_api.complete_console_task('{turn}', 'failed', 'sess-3', '{step}', 'boom')"));
+            state = json(&format!(
+                "SELECT querylayer_api.complete_console_task('{turn}', 'failed', 'sess-3', '{step}', 'boom')"
+            ));
         }
         assert_eq!(state["status"], "failed");
         assert_eq!(state["plan"]["steps"][0]["state"], "failed");
@@ -813,11 +875,14 @@ mod tests {
         expect_sqlstate(&format!(
             "SELECT querylayer_api.create_task_plan('{turn}', 'sess-4', 'g', '[{{\"key\": \"a\", \"operation\": \"analysis\", \"instructions\": \"x\", \"depends_on\": [\"zz\"]}}]')"
         ), "22023");
-        expect_sqlstate(&format!(
-            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-4', 'g', '[
+        expect_sqlstate(
+            &format!(
+                "SELECT querylayer_api.create_task_plan('{turn}', 'sess-4', 'g', '[
                {{\"key\": \"a\", \"operation\": \"analysis\", \"instructions\": \"x\", \"depends_on\": [\"b\"]}},
                {{\"key\": \"b\", \"operation\": \"analysis\", \"instructions\": \"y\", \"depends_on\": [\"a\"]}}]')"
-        ), "22023");
+            ),
+            "22023",
+        );
         // Another session cannot plan this turn.
         expect_sqlstate(&format!(
             "SELECT querylayer_api.create_task_plan('{turn}', 'other', 'g', '[{{\"key\": \"a\", \"operation\": \"analysis\", \"instructions\": \"x\"}}]')"
@@ -846,27 +911,40 @@ mod tests {
     #[pg_test]
     fn strategy_opportunities_become_a_proposal_and_an_approval_commissions_one_brief() {
         let site = content_site();
-        json(r#"SELECT querylayer_api.import_topical_strategy('demo', 'keyword-tool-export', '[
+        json(
+            r#"SELECT querylayer_api.import_topical_strategy('demo', 'keyword-tool-export', '[
             {"id": "opp-1", "topic": "pricing", "title": "Pricing explained", "signals": {"estimated_volume": 1200}},
-            {"id": "opp-2", "topic": "pricing", "title": "Pricing for teams"}]')"#);
+            {"id": "opp-2", "topic": "pricing", "title": "Pricing for teams"}]')"#,
+        );
         authenticate(&site.secret);
         let queue = json("SELECT querylayer_api.list_topical_strategy_opportunities()");
         let opps = queue["opportunities"].as_array().unwrap();
         assert_eq!(opps.len(), 2);
         assert!(opps.iter().all(|o| o["reconciliation_state"] == "new"));
         assert_eq!(opps[0]["provenance"]["source"], "keyword-tool-export");
-        let ids: Vec<String> = opps.iter().map(|o| o["opportunity_id"].as_str().unwrap().to_string()).collect();
-        let run = json("SELECT querylayer_api.begin_run('strategy.triage')")["run_id"].as_str().unwrap().to_string();
+        let ids: Vec<String> =
+            opps.iter().map(|o| o["opportunity_id"].as_str().unwrap().to_string()).collect();
+        let run = json("SELECT querylayer_api.begin_run('strategy.triage')")["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let proposal = json(&format!(
             "SELECT querylayer_api.propose_topical_strategy_opportunities('{run}', ARRAY['{}', '{}']::uuid[], 'two pages')", ids[0], ids[1]
         ));
         assert_eq!(proposal["type"], "topical_map");
         let after = json("SELECT querylayer_api.list_topical_strategy_opportunities()");
-        assert!(after["opportunities"].as_array().unwrap().iter().all(|o| o["reconciliation_state"] == "proposed"));
+        assert!(after["opportunities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|o| o["reconciliation_state"] == "proposed"));
         assert_eq!(count("topics"), 0, "proposing changes nothing");
         // The agent (or the owner role) cannot write the map directly.
         as_owner();
-        expect_sqlstate("INSERT INTO querylayer.topics (site_id, slug, title) SELECT id, 'x', 'X' FROM querylayer.sites", "QL423");
+        expect_sqlstate(
+            "INSERT INTO querylayer.topics (site_id, slug, title) SELECT id, 'x', 'X' FROM querylayer.sites",
+            "QL423",
+        );
         Spi::run("RESET ROLE").unwrap();
         as_member(&site.owner_token);
         let pid = proposal["proposal_id"].as_str().unwrap();
@@ -885,21 +963,38 @@ mod tests {
     fn staging_a_package_twice_is_recognised_and_creates_no_content() {
         let site = content_site();
         authenticate(&site.secret);
-        let run = json("SELECT querylayer_api.begin_run('sources.stage')")["run_id"].as_str().unwrap().to_string();
+        let run =
+            json("SELECT querylayer_api.begin_run('sources.stage')")["run_id"].as_str().unwrap().to_string();
         let records = r#"[{"title": "A", "url": "https://a.example/x", "author": "Ann", "published_at": "2026-01-01", "body": "short"},
                           {"title": "", "url": "ftp://nope"},
                           {"title": "C", "url": "https://a.example/x"}]"#;
         let before = (count("content_items"), count("content_revisions"), count("proposals"));
-        let first = json(&format!("SELECT querylayer_api.stage_content_source_package('{run}', 'batch', '{records}')"));
-        let second = json(&format!("SELECT querylayer_api.stage_content_source_package('{run}', 'batch again', '{records}')"));
+        let first = json(&format!(
+            "SELECT querylayer_api.stage_content_source_package('{run}', 'batch', '{records}')"
+        ));
+        let second = json(&format!(
+            "SELECT querylayer_api.stage_content_source_package('{run}', 'batch again', '{records}')"
+        ));
         assert_eq!(first["resubmitted"], false);
         assert_eq!(second["resubmitted"], true);
         assert_eq!(first["package_sha256"], second["package_sha256"]);
         assert_eq!(first["warnings"], second["warnings"]);
         assert_eq!(first["records"], second["records"]);
         assert_eq!(first["invalid_count"], 1);
-        assert_eq!(first["records"][1]["problems"], serde_json::json!(["title: text of 1 to 300 characters is required", "url: an http(s) URL is required"]));
-        assert_eq!(first["warnings"], serde_json::json!(["1 of 3 records are invalid and were kept for review", "url https://a.example/x appears in records 0, 2"]));
+        assert_eq!(
+            first["records"][1]["problems"],
+            serde_json::json!([
+                "title: text of 1 to 300 characters is required",
+                "url: an http(s) URL is required"
+            ])
+        );
+        assert_eq!(
+            first["warnings"],
+            serde_json::json!([
+                "1 of 3 records are invalid and were kept for review",
+                "url https://a.example/x appears in records 0, 2"
+            ])
+        );
         assert_eq!((count("content_items"), count("content_revisions"), count("proposals")), before);
         let pkg = first["package_id"].as_str().unwrap();
         let invalid = json(&format!("SELECT querylayer_api.list_content_source_records('{pkg}', false)"));
@@ -923,7 +1018,8 @@ mod tests {
             if let Some(job) = jobs.as_array().unwrap().first() {
                 let id = job["job_id"].as_str().unwrap();
                 let outcome = json(&format!(
-                    "SELECT querylayer_api.worker_record_evidence_attempt('{id}', 200, '{}', 'secret body text')", observed.repeat(64)
+                    "SELECT querylayer_api.worker_record_evidence_attempt('{id}', 200, '{}', 'secret body text')",
+                    observed.repeat(64)
                 ));
                 assert_eq!(outcome["status"], "changed");
             }
@@ -939,15 +1035,21 @@ mod tests {
     #[pg_test]
     fn the_retention_purge_removes_old_rejected_events_and_keeps_the_aggregates() {
         let site = content_site();
-        json(r#"SELECT querylayer_api.report_form_screening('demo', '[
+        json(
+            r#"SELECT querylayer_api.report_form_screening('demo', '[
             {"form": "contact", "decision": "rejected", "reason": "spam", "occurred_at": "2020-01-01T10:00:00Z", "contact": "a@b.example", "payload": {"msg": "buy"}},
             {"form": "contact", "decision": "rejected", "reason": "spam", "occurred_at": "2020-01-01T11:00:00Z"},
             {"form": "contact", "decision": "accepted", "reason": "clean", "occurred_at": "2020-01-01T12:00:00Z"},
-            {"form": "contact", "decision": "rejected", "reason": "spam"}]')"#);
+            {"form": "contact", "decision": "rejected", "reason": "spam"}]')"#,
+        );
         authenticate(&site.secret);
         let before = json("SELECT querylayer_api.form_screening_metrics(366)");
         Spi::run("SELECT querylayer_api.purge_form_screening()").unwrap();
-        assert_eq!(count("form_screening_events"), 2, "the old rejected events are gone; recent and accepted stay");
+        assert_eq!(
+            count("form_screening_events"),
+            2,
+            "the old rejected events are gone; recent and accepted stay"
+        );
         authenticate(&site.secret);
         let after = json("SELECT querylayer_api.form_screening_metrics(366)");
         assert_eq!(before, after);
@@ -965,11 +1067,20 @@ mod tests {
         authenticate(&site.secret);
         let a = json("SELECT querylayer_api.answer_question('Where do fiscal capacity and energy burden overlap with health risk?')");
         assert_eq!(a["answer"], "Answerable from governed sources sail.qg_lakehouse.access_2018__access_data, sail.qg_lakehouse.government_finance__countydata via 3 planned queries. Restricted sources were denied with receipts: sail.qg_lakehouse.haalsi_baseline__restricted_raw.");
-        assert_eq!(a["denied_sources"], serde_json::json!(["sail.qg_lakehouse.haalsi_baseline__restricted_raw"]));
+        assert_eq!(
+            a["denied_sources"],
+            serde_json::json!(["sail.qg_lakehouse.haalsi_baseline__restricted_raw"])
+        );
         assert_eq!(a["plans"].as_array().unwrap().len(), 3);
-        let receipts = Spi::get_one::<i64>("SELECT count(*) FROM querylayer.access_receipts WHERE decided_for = 'answer'").unwrap().unwrap();
+        let receipts = Spi::get_one::<i64>(
+            "SELECT count(*) FROM querylayer.access_receipts WHERE decided_for = 'answer'",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(receipts, 3);
-        let denied = Spi::get_one::<i64>("SELECT count(*) FROM querylayer.access_receipts WHERE NOT allowed").unwrap().unwrap();
+        let denied = Spi::get_one::<i64>("SELECT count(*) FROM querylayer.access_receipts WHERE NOT allowed")
+            .unwrap()
+            .unwrap();
         assert_eq!(denied, 1);
         // The attestation verifies against the published key over the stored event bytes, and
         // fails once any byte changes.
@@ -977,7 +1088,9 @@ mod tests {
             "SELECT querylayer.attestation_valid(a.attestation, e.event::text, k.did_key)
                FROM querylayer.lineage_events e JOIN querylayer.attestations a ON a.lineage_event_id = e.id
                JOIN querylayer.server_keys k ON k.id = a.server_key_id",
-        ).unwrap().unwrap();
+        )
+        .unwrap()
+        .unwrap();
         assert!(ok);
         let tampered = Spi::get_one::<bool>(
             "SELECT querylayer.attestation_valid(a.attestation, replace(e.event::text, 'COMPLETE', 'COMPLETF'), k.did_key)
@@ -992,9 +1105,14 @@ mod tests {
         let site = content_site();
         authenticate(&site.secret);
         let story = json("SELECT querylayer_api.run_qglake_story()");
-        let statuses: Vec<(String, String)> = story["responses"].as_array().unwrap().iter()
-            .map(|r| (r["agent"].as_str().unwrap().to_string(), r["status"].as_str().unwrap().to_string())).collect();
-        let denied: Vec<&str> = statuses.iter().filter(|(_, s)| s == "denied").map(|(a, _)| a.as_str()).collect();
+        let statuses: Vec<(String, String)> = story["responses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["agent"].as_str().unwrap().to_string(), r["status"].as_str().unwrap().to_string()))
+            .collect();
+        let denied: Vec<&str> =
+            statuses.iter().filter(|(_, s)| s == "denied").map(|(a, _)| a.as_str()).collect();
         assert_eq!(denied, ["RestrictedDataBroker"]);
         assert_eq!(count("lineage_events"), 6);
         assert_eq!(count("attestations"), 6);
@@ -1013,7 +1131,9 @@ mod tests {
             "SELECT querylayer.attestation_valid(a.attestation, e.event::text, '{}')
                FROM querylayer.lineage_events e JOIN querylayer.attestations a ON a.lineage_event_id = e.id",
             before.as_str().unwrap()
-        )).unwrap().unwrap();
+        ))
+        .unwrap()
+        .unwrap();
         assert!(ok);
         as_edge();
         expect_sqlstate("SELECT secret FROM querylayer.server_keys", "42501");

@@ -19,12 +19,16 @@ fn time(now: &str) -> DateTime<Utc> {
 
 fn model(doc: &JsonB) -> osi::OsiDocument {
     osi::parse_value(&doc.0).unwrap_or_else(|errors| {
-        error!("querylayer: a stored semantic model no longer parses: {}", errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))
+        error!(
+            "querylayer: a stored semantic model no longer parses: {}",
+            errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
+        )
     })
 }
 
 fn signer(secret: &[u8]) -> Signer {
-    let secret: [u8; 32] = secret.try_into().unwrap_or_else(|_| error!("querylayer: a server key must be 32 bytes"));
+    let secret: [u8; 32] =
+        secret.try_into().unwrap_or_else(|_| error!("querylayer: a server key must be 32 bytes"));
     Signer::from_secret(secret)
 }
 
@@ -55,7 +59,9 @@ fn osi_parse(text: &str) -> JsonB {
 fn rights_parse(text: &str) -> JsonB {
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
-        Err(e) => return JsonB(json!({"document": null, "problems": [format!("<document>: not valid JSON: {e}")]})),
+        Err(e) => {
+            return JsonB(json!({"document": null, "problems": [format!("<document>: not valid JSON: {e}")]}))
+        }
     };
     let problems = rights::RightsDocument::from_value(&value).problems();
     JsonB(json!({"document": value, "problems": problems}))
@@ -75,7 +81,10 @@ fn rights_decide(
         ereport!(
             ERROR,
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("action: unknown ODRL action {action:?}; known: {}", rights::Action::known_names().join(", "))
+            format!(
+                "action: unknown ODRL action {action:?}; known: {}",
+                rights::Action::known_names().join(", ")
+            )
         );
     };
     let doc = rights::RightsDocument::from_value(&document.0);
@@ -99,7 +108,13 @@ fn model_resolve_metric(document: JsonB, name: &str, dialect: &str) -> JsonB {
 
 /// The per-principal view of a model.
 #[pg_extern(immutable, parallel_safe)]
-fn model_bundle(document: JsonB, rights_document: JsonB, principal: &str, purpose: Option<&str>, now: &str) -> JsonB {
+fn model_bundle(
+    document: JsonB,
+    rights_document: JsonB,
+    principal: &str,
+    purpose: Option<&str>,
+    now: &str,
+) -> JsonB {
     let doc = rights::RightsDocument::from_value(&rights_document.0);
     to_json(&navigator::navigator_bundle(&model(&document), &doc, principal, purpose, time(now)))
 }
@@ -134,8 +149,8 @@ fn sign_answer(
     secret: &[u8],
     now: &str,
 ) -> JsonB {
-    let mut answer: navigator::NavigatorAnswer =
-        serde_json::from_value(answer.0).unwrap_or_else(|e| error!("querylayer: not a navigator answer: {e}"));
+    let mut answer: navigator::NavigatorAnswer = serde_json::from_value(answer.0)
+        .unwrap_or_else(|e| error!("querylayer: not a navigator answer: {e}"));
     if let Some(text) = llm_text {
         answer = answer.with_llm_answer(text, llm_name.unwrap_or("llm"));
     }
@@ -152,7 +167,8 @@ fn sign_answer(
 /// the server key; each specialist's event also comes as its exact text.
 #[pg_extern(immutable, parallel_safe)]
 fn run_story(rights_document: Option<JsonB>, secret: &[u8], now: &str) -> JsonB {
-    let doc = rights_document.map(|d| rights::RightsDocument::from_value(&d.0)).unwrap_or_else(demo::story_rights);
+    let doc =
+        rights_document.map(|d| rights::RightsDocument::from_value(&d.0)).unwrap_or_else(demo::story_rights);
     let run = story::run_qglake_story(&demo::story_roster(), &doc, &signer(secret), time(now));
     let texts: Vec<String> = run.responses.iter().map(|r| r.openlineage.to_json()).collect();
     let mut out = serde_json::to_value(&run).expect("serializable");
@@ -169,7 +185,9 @@ fn story_roster() -> JsonB {
 /// Verifies an attestation against the exact event text and a did:key.
 #[pg_extern(immutable, parallel_safe)]
 fn attestation_valid(attestation: JsonB, event_text: &str, did_key: &str) -> bool {
-    let Ok(att) = serde_json::from_value::<attestation::Attestation>(attestation.0) else { return false };
+    let Ok(att) = serde_json::from_value::<attestation::Attestation>(attestation.0) else {
+        return false;
+    };
     attestation::verify_attestation_with_key(&att, event_text, did_key)
 }
 
@@ -190,5 +208,7 @@ fn key_did(secret: &[u8]) -> String {
 /// The embedded demo: the resilience-desk model (YAML) and rights (JSON), as text.
 #[pg_extern(immutable, parallel_safe)]
 fn demo_documents() -> JsonB {
-    JsonB(json!({"model": demo::MODEL_YAML, "rights": demo::RIGHTS_JSON, "story_rights": demo::STORY_RIGHTS_JSON}))
+    JsonB(
+        json!({"model": demo::MODEL_YAML, "rights": demo::RIGHTS_JSON, "story_rights": demo::STORY_RIGHTS_JSON}),
+    )
 }

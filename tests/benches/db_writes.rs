@@ -81,14 +81,13 @@ fn main() {
     let run: uuid::Uuid = run_id.parse().unwrap();
     let content: uuid::Uuid = content_id.parse().unwrap();
     let value = json!({"status": "ok", "words": 812});
-    let fields = json!({"title": "Benchmark", "body": "A paragraph of body text that stands in for an article."});
+    let fields =
+        json!({"title": "Benchmark", "body": "A paragraph of body text that stands in for an article."});
     let zero = vec![0u8; 32];
 
     let auth = edge.prepare("SELECT querylayer_api.authenticate($1)").unwrap();
     let record = edge.prepare("SELECT querylayer_api.record_artifact($1, $2, $3)").unwrap();
-    let draft = edge
-        .prepare("SELECT querylayer_api.create_draft($1, 'article', $2, $3)")
-        .unwrap();
+    let draft = edge.prepare("SELECT querylayer_api.create_draft($1, 'article', $2, $3)").unwrap();
     let insert_artifact = plain
         .prepare(
             "INSERT INTO public.plain_artifacts (site_id, run_id, key, value, affected_objects, agent_id, connection_id,
@@ -110,7 +109,9 @@ fn main() {
         tx.commit().unwrap();
     };
 
-    println!("QueryLayer database benchmark (one connection, one transaction per operation, median of {ROUNDS} rounds)");
+    println!(
+        "QueryLayer database benchmark (one connection, one transaction per operation, median of {ROUNDS} rounds)"
+    );
     compare(
         "authenticate + record_artifact vs INSERT",
         |i| {

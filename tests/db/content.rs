@@ -26,7 +26,10 @@ fn draft_with_publish_requests(db: &TestDb, secret: &str, n: usize) -> (String, 
     let proposals = (0..n)
         .map(|_| {
             let p: Value = tx
-                .query_one("SELECT querylayer_api.request_publish_approval($1::text::uuid, $2)", &[&run_id, &items])
+                .query_one(
+                    "SELECT querylayer_api.request_publish_approval($1::text::uuid, $2)",
+                    &[&run_id, &items],
+                )
                 .unwrap()
                 .get(0);
             p["proposal_id"].as_str().unwrap().to_string()
@@ -44,7 +47,10 @@ fn second_owner_token(db: &TestDb) -> String {
     )
     .unwrap();
     let t: Value = dba
-        .query_one("SELECT querylayer_api.create_member_token('demo', 'co-owner', 'c', now() + interval '1 hour')", &[])
+        .query_one(
+            "SELECT querylayer_api.create_member_token('demo', 'co-owner', 'c', now() + interval '1 hour')",
+            &[],
+        )
         .unwrap()
         .get(0);
     let token = t["token"].as_str().unwrap().to_string();
@@ -70,7 +76,10 @@ fn two_members_approving_conflicting_publish_requests_at_once_publish_exactly_on
                 authenticate_member(&mut tx, &token);
                 barrier.wait();
                 let decided: Value = tx
-                    .query_one("SELECT querylayer_api.decide_proposal($1::text::uuid, 'approve', 'go')", &[&proposal])
+                    .query_one(
+                        "SELECT querylayer_api.decide_proposal($1::text::uuid, 'approve', 'go')",
+                        &[&proposal],
+                    )
                     .unwrap()
                     .get(0);
                 tx.commit().unwrap();
@@ -87,10 +96,14 @@ fn two_members_approving_conflicting_publish_requests_at_once_publish_exactly_on
 
     // Both decisions are in the history, and the item is live exactly once.
     let mut su = db.superuser();
-    let decisions: i64 = su.query_one("SELECT count(*) FROM querylayer.proposal_decisions", &[]).unwrap().get(0);
+    let decisions: i64 =
+        su.query_one("SELECT count(*) FROM querylayer.proposal_decisions", &[]).unwrap().get(0);
     assert_eq!(decisions, 2);
     let live: Option<uuid::Uuid> = su
-        .query_one("SELECT published_revision_id FROM querylayer.content_items WHERE id = $1::text::uuid", &[&content_id])
+        .query_one(
+            "SELECT published_revision_id FROM querylayer.content_items WHERE id = $1::text::uuid",
+            &[&content_id],
+        )
         .unwrap()
         .get(0);
     assert!(live.is_some());
@@ -106,13 +119,15 @@ fn an_approval_from_an_earlier_transaction_cannot_be_executed_again() {
     let mut edge = db.edge();
     let mut tx = edge.transaction().unwrap();
     authenticate_member(&mut tx, &demo.member_token);
-    tx.query_one("SELECT querylayer_api.decide_proposal($1::text::uuid, 'reject')", &[&proposals[0]]).unwrap();
+    tx.query_one("SELECT querylayer_api.decide_proposal($1::text::uuid, 'reject')", &[&proposals[0]])
+        .unwrap();
     tx.commit().unwrap();
     // A superuser replays the executor on the recorded decision in a new transaction.
     let mut su = db.superuser();
     let mut tx = su.transaction().unwrap();
     authenticate_member(&mut tx, &demo.member_token);
-    let decision: uuid::Uuid = tx.query_one("SELECT id FROM querylayer.proposal_decisions", &[]).unwrap().get(0);
+    let decision: uuid::Uuid =
+        tx.query_one("SELECT id FROM querylayer.proposal_decisions", &[]).unwrap().get(0);
     let err = tx.query_one("SELECT querylayer.execute_decision($1)", &[&decision]).unwrap_err();
     assert_eq!(sql_error(&err).0, "42501");
 }

@@ -64,21 +64,35 @@ fn unknown_revoked_expired_and_malformed_credentials_fail_identically() {
     );
     let revoked_secret = revoked["secret"].as_str().unwrap().to_string();
     issued(&revoked_secret);
-    dba.execute("SELECT querylayer_api.revoke_connection($1::text::uuid)", &[&revoked["connection_id"].as_str().unwrap()])
-        .unwrap();
+    dba.execute(
+        "SELECT querylayer_api.revoke_connection($1::text::uuid)",
+        &[&revoked["connection_id"].as_str().unwrap()],
+    )
+    .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1200));
 
     let mut edge = db.edge();
     let mut errors = Vec::new();
-    for secret in ["qlc_unknownunknownunknownunknownunknownunknown0", expired.as_str(), revoked_secret.as_str()] {
+    for secret in
+        ["qlc_unknownunknownunknownunknownunknownunknown0", expired.as_str(), revoked_secret.as_str()]
+    {
         let err = authenticate(&mut edge, secret).unwrap_err();
         let db_err = err.as_db_error().unwrap();
-        errors.push((db_err.code().code().to_string(), db_err.message().to_string(),
-                     db_err.detail().map(str::to_string), db_err.hint().map(str::to_string)));
+        errors.push((
+            db_err.code().code().to_string(),
+            db_err.message().to_string(),
+            db_err.detail().map(str::to_string),
+            db_err.hint().map(str::to_string),
+        ));
     }
     let malformed = edge.query_one("SELECT querylayer_api.authenticate('\\x00'::bytea)", &[]).unwrap_err();
     let m = malformed.as_db_error().unwrap();
-    errors.push((m.code().code().to_string(), m.message().to_string(), m.detail().map(str::to_string), m.hint().map(str::to_string)));
+    errors.push((
+        m.code().code().to_string(),
+        m.message().to_string(),
+        m.detail().map(str::to_string),
+        m.hint().map(str::to_string),
+    ));
     for e in &errors {
         assert_eq!(e, &("28000".to_string(), "authentication failed".to_string(), None, None));
     }
@@ -99,7 +113,10 @@ fn failed_authentications_leave_an_audit_record_without_secrets() {
         .get(0);
     assert!(recorded);
     let live: bool = edge
-        .query_one("SELECT querylayer_api.record_failed_authentication($1, 'test')", &[&fingerprint(&demo.secret)])
+        .query_one(
+            "SELECT querylayer_api.record_failed_authentication($1, 'test')",
+            &[&fingerprint(&demo.secret)],
+        )
         .unwrap()
         .get(0);
     assert!(!live, "a live credential is not recorded as a failure");
@@ -112,7 +129,10 @@ fn failed_authentications_leave_an_audit_record_without_secrets() {
     let detail: String = rows[0].get(0);
     assert!(detail.contains("\"reason\": \"unknown\""), "{detail}");
     let everything: String = dba
-        .query_one("SELECT string_agg(to_jsonb(a)::text, ' ') FROM querylayer_api.list_audit('demo', 1000) a", &[])
+        .query_one(
+            "SELECT string_agg(to_jsonb(a)::text, ' ') FROM querylayer_api.list_audit('demo', 1000) a",
+            &[],
+        )
         .unwrap()
         .get(0);
     for needle in [bogus, &demo.secret, &hex::encode(fingerprint(&demo.secret)), &demo.member_token] {

@@ -10,8 +10,11 @@ fn seeded_run(db: &TestDb) -> String {
     let mut tx = edge.transaction().unwrap();
     authenticate(&mut tx, &demo.secret).unwrap();
     let run: Value = tx.query_one("SELECT querylayer_api.begin_run('article.draft')", &[]).unwrap().get(0);
-    tx.query_one("SELECT querylayer_api.record_artifact($1::text::uuid, 'k', '1')", &[&run["run_id"].as_str().unwrap()])
-        .unwrap();
+    tx.query_one(
+        "SELECT querylayer_api.record_artifact($1::text::uuid, 'k', '1')",
+        &[&run["run_id"].as_str().unwrap()],
+    )
+    .unwrap();
     tx.commit().unwrap();
     demo.secret
 }
@@ -71,6 +74,10 @@ fn the_chain_check_finds_a_deleted_record() {
     let db = TestDb::new();
     seeded_run(&db);
     let mut su = db.superuser();
+    let seq: i64 = su
+        .query_one("SELECT chain_seq FROM querylayer.run_events WHERE kind = 'started'", &[])
+        .unwrap()
+        .get(0);
     su.batch_execute(
         "ALTER TABLE querylayer.run_events DISABLE TRIGGER append_only_row;
          DELETE FROM querylayer.run_events WHERE kind = 'started';
@@ -79,5 +86,6 @@ fn the_chain_check_finds_a_deleted_record() {
     .unwrap();
     let report: Value = su.query_one("SELECT querylayer_api.verify_ledger('demo')", &[]).unwrap().get(0);
     assert_eq!(report["ok"], false, "{report}");
-    assert_eq!(report["broken"]["problem"], "record 2 is missing or out of order", "{report}");
+    assert_eq!(report["checked"], seq - 1, "{report}");
+    assert_eq!(report["broken"]["problem"], format!("record {seq} is missing or out of order"), "{report}");
 }

@@ -44,7 +44,9 @@ fn dba_runs_the_operator_functions_from_a_plain_login() {
     querylayer_e2e::issued(secret);
     assert!(secret.starts_with("qlc_") && secret.len() == 47);
     assert_eq!(created["prefix"].as_str().unwrap(), &secret[..12]);
-    let rows = dba.query("SELECT name, state, scopes FROM querylayer_api.list_connections('acme-blog')", &[]).unwrap();
+    let rows = dba
+        .query("SELECT name, state, scopes FROM querylayer_api.list_connections('acme-blog')", &[])
+        .unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].get::<_, String>(1), "active");
 }

@@ -62,7 +62,9 @@ fn cross_site_reads_return_nothing_and_cross_site_writes_fail() {
     drop(tx);
 
     // Site B's run is untouched.
-    let artifacts: Value = in_tx(&db, &b, |tx| tx.query_one("SELECT querylayer_api.get_run($1::text::uuid)", &[&run_b]).unwrap().get(0));
+    let artifacts: Value = in_tx(&db, &b, |tx| {
+        tx.query_one("SELECT querylayer_api.get_run($1::text::uuid)", &[&run_b]).unwrap().get(0)
+    });
     assert_eq!(artifacts["artifacts"], serde_json::json!([]));
 }
 
@@ -76,7 +78,8 @@ fn arguments_naming_a_site_are_not_authority() {
         tx.query_one("SELECT querylayer_api.begin_run('b.work')", &[]).unwrap();
     });
     let mut su = db.superuser();
-    let site_b: uuid::Uuid = su.query_one("SELECT id FROM querylayer.sites WHERE slug = 'site-b'", &[]).unwrap().get(0);
+    let site_b: uuid::Uuid =
+        su.query_one("SELECT id FROM querylayer.sites WHERE slug = 'site-b'", &[]).unwrap().get(0);
     let mut tx = su.transaction().unwrap();
     authenticate(&mut tx, &a).unwrap();
     tx.batch_execute("SET LOCAL ROLE querylayer_owner").unwrap();

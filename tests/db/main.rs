@@ -1,9 +1,9 @@
 //! The client-side tier: the installed extension in a real cluster, reached through the real
 //! roles over real logins. Each test gets a fresh database.
 
+mod content;
 mod context;
 mod immutability;
 mod install;
 mod isolation;
 mod runs;
-mod content;

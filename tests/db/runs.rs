@@ -11,7 +11,10 @@ fn a_completed_run_with_every_required_output_stays_completed() {
     let mut tx = edge.transaction().unwrap();
     authenticate(&mut tx, &demo.secret).unwrap();
     let run: Value = tx
-        .query_one("SELECT querylayer_api.begin_run('article.draft', '{}', '{draft_id}', '{\"a draft exists\"}')", &[])
+        .query_one(
+            "SELECT querylayer_api.begin_run('article.draft', '{}', '{draft_id}', '{\"a draft exists\"}')",
+            &[],
+        )
         .unwrap()
         .get(0);
     let id = run["run_id"].as_str().unwrap();
@@ -20,7 +23,8 @@ fn a_completed_run_with_every_required_output_stays_completed() {
         &[&id],
     )
     .unwrap();
-    let done: Value = tx.query_one("SELECT querylayer_api.finish_run($1::text::uuid, 'completed')", &[&id]).unwrap().get(0);
+    let done: Value =
+        tx.query_one("SELECT querylayer_api.finish_run($1::text::uuid, 'completed')", &[&id]).unwrap().get(0);
     assert_eq!(done["outcome"], "completed");
     assert_eq!(done["reason_code"], Value::Null);
     tx.commit().unwrap();
@@ -34,7 +38,8 @@ fn a_direct_insert_cannot_complete_a_run_missing_outputs() {
     let mut su = db.superuser();
     let mut tx = su.transaction().unwrap();
     authenticate(&mut tx, &demo.secret).unwrap();
-    let run: Value = tx.query_one("SELECT querylayer_api.begin_run('x', '{}', '{must}')", &[]).unwrap().get(0);
+    let run: Value =
+        tx.query_one("SELECT querylayer_api.begin_run('x', '{}', '{must}')", &[]).unwrap().get(0);
     let err = tx
         .execute(
             "INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness, outcome)
@@ -66,7 +71,10 @@ fn two_writers_racing_for_one_artifact_key_get_exactly_one_record() {
                 let mut tx = edge.transaction().unwrap();
                 authenticate(&mut tx, &secret).unwrap();
                 barrier.wait();
-                let r = tx.query_one("SELECT querylayer_api.record_artifact($1::text::uuid, 'result', $2)", &[&id, &Value::from(i)]);
+                let r = tx.query_one(
+                    "SELECT querylayer_api.record_artifact($1::text::uuid, 'result', $2)",
+                    &[&id, &Value::from(i)],
+                );
                 match r {
                     Ok(_) => tx.commit().map(|_| "ok".to_string()).unwrap_or_else(|e| sql_error(&e).0),
                     Err(e) => sql_error(&e).0,

@@ -161,10 +161,11 @@ pub fn json(client: &mut Client, sql: &str, params: &[&(dyn postgres::types::ToS
 }
 
 /// Authenticates in the current transaction of `client` (call inside BEGIN … COMMIT).
-pub fn authenticate(client: &mut impl postgres::GenericClient, secret: &str) -> Result<Value, postgres::Error> {
-    client
-        .query_one("SELECT querylayer_api.authenticate($1)", &[&fingerprint(secret)])
-        .map(|row| row.get(0))
+pub fn authenticate(
+    client: &mut impl postgres::GenericClient,
+    secret: &str,
+) -> Result<Value, postgres::Error> {
+    client.query_one("SELECT querylayer_api.authenticate($1)", &[&fingerprint(secret)]).map(|row| row.get(0))
 }
 
 /// The SQLSTATE and message of a failed statement.
