@@ -132,6 +132,12 @@ pub enum AdminCommand {
         /// The harness the agent runs in (hermes, codex, generic, …).
         #[arg(long)]
         harness: Option<String>,
+        /// Also bind this Ed25519 did:key: signed envelopes from it act as the connection.
+        #[arg(long)]
+        did: Option<String>,
+        /// Issue no secret: only envelopes signed by `--did` act as the connection.
+        #[arg(long, requires = "did")]
+        no_secret: bool,
     },
     /// Revoke a connection at once.
     RevokeConnection {
@@ -160,6 +166,63 @@ pub enum AdminCommand {
     },
     /// Create (or complete) the demo and issue a fresh connection secret and member token.
     SeedDemo,
+    /// Import topical strategy opportunities for a site, with provenance (source, batch, time).
+    ImportStrategy {
+        #[arg(long)]
+        site: String,
+        /// Where the opportunities come from (a tool export, a strategist, …).
+        #[arg(long)]
+        source: String,
+        /// A JSON file (`-` for stdin): an array of `{"id", "topic", "title", "rationale"?, "signals"?}`.
+        #[arg(long, value_parser = json_file)]
+        file: Value,
+    },
+    /// Add a topic to a site's topical map (operators seed the map; agents only propose).
+    AddTopic {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        slug: String,
+        #[arg(long)]
+        title: String,
+        /// The parent topic's slug.
+        #[arg(long)]
+        parent: Option<String>,
+    },
+    /// Report form screening decisions for a site.
+    ReportFormScreening {
+        #[arg(long)]
+        site: String,
+        /// A JSON file (`-` for stdin): an array of `{"form", "decision": accepted|rejected|review,
+        /// "reason", "occurred_at"?, …}`.
+        #[arg(long, value_parser = json_file)]
+        file: Value,
+    },
+    /// Delete raw rejected form screening events older than the retention window (all sites;
+    /// the aggregates stay). `querylayer worker` runs this on a schedule.
+    PurgeFormScreening,
+    /// Change a server setting (evidence_reverify_after_days, form_rejected_retention_days, …).
+    SetSetting {
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        value: String,
+    },
+    /// Make a site's waiting evidence re-verification jobs due now.
+    MakeEvidenceDue {
+        #[arg(long)]
+        site: String,
+    },
+}
+
+/// Reads a JSON document from a file, or from stdin for `-`.
+fn json_file(path: &str) -> Result<Value, String> {
+    let text = if path == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))?
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?
+    };
+    serde_json::from_str(&text).map_err(|e| format!("{path} is not JSON: {e}"))
 }
 
 fn default_name(who: &str) -> String {
@@ -174,19 +237,11 @@ impl AdminCommand {
             AdminCommand::CreateOrganization { slug, name } => {
                 Call::new("create_organization").arg("p_slug", slug).opt("p_name", name)
             }
-            AdminCommand::CreateSite {
-                organization,
-                slug,
-                name,
-            } => Call::new("create_site")
+            AdminCommand::CreateSite { organization, slug, name } => Call::new("create_site")
                 .arg("p_organization", organization)
                 .arg("p_slug", slug)
                 .opt("p_name", name),
-            AdminCommand::CreateMember {
-                organization,
-                handle,
-                display_name,
-            } => Call::new("create_member")
+            AdminCommand::CreateMember { organization, handle, display_name } => Call::new("create_member")
                 .arg("p_organization", organization)
                 .arg("p_handle", handle)
                 .opt("p_display_name", display_name),
@@ -194,12 +249,7 @@ impl AdminCommand {
                 .arg("p_site", site)
                 .arg("p_member", member)
                 .arg("p_role", (role != "none").then_some(role)),
-            AdminCommand::CreateMemberToken {
-                site,
-                member,
-                name,
-                expires_in,
-            } => {
+            AdminCommand::CreateMemberToken { site, member, name, expires_in } => {
                 let name = name.unwrap_or_else(|| default_name(&member));
                 Call::new("create_member_token")
                     .arg("p_site", site)
@@ -207,21 +257,17 @@ impl AdminCommand {
                     .arg("p_name", name)
                     .arg_as("p_expires_at", IN, expires_in)
             }
-            AdminCommand::RevokeMemberToken { id, reason } => Call::new("revoke_member_token")
-                .arg("p_token_id", id)
-                .opt("p_reason", reason),
-            AdminCommand::CreateAgent {
-                organization,
-                handle,
-                kind,
-                profile_id,
-                profile_name,
-            } => Call::new("create_agent")
-                .arg("p_organization", organization)
-                .arg("p_handle", handle)
-                .opt("p_kind", kind)
-                .opt("p_profile_id", profile_id)
-                .opt("p_profile_name", profile_name),
+            AdminCommand::RevokeMemberToken { id, reason } => {
+                Call::new("revoke_member_token").arg("p_token_id", id).opt("p_reason", reason)
+            }
+            AdminCommand::CreateAgent { organization, handle, kind, profile_id, profile_name } => {
+                Call::new("create_agent")
+                    .arg("p_organization", organization)
+                    .arg("p_handle", handle)
+                    .opt("p_kind", kind)
+                    .opt("p_profile_id", profile_id)
+                    .opt("p_profile_name", profile_name)
+            }
             AdminCommand::GrantScopes { site, agent, scopes } => Call::new("grant_agent_scopes")
                 .arg("p_site", site)
                 .arg("p_agent", agent)
@@ -237,6 +283,8 @@ impl AdminCommand {
                 expires_in,
                 name,
                 harness,
+                did,
+                no_secret,
             } => {
                 let name = name.unwrap_or_else(|| default_name(&agent));
                 Call::new("create_connection")
@@ -246,16 +294,35 @@ impl AdminCommand {
                     .arg("p_scopes", scopes)
                     .arg_as("p_expires_at", IN, expires_in)
                     .opt("p_harness", harness)
+                    .opt("p_did", did)
+                    .opt("p_secret", no_secret.then_some(false))
             }
-            AdminCommand::RevokeConnection { id, reason } => Call::new("revoke_connection")
-                .arg("p_connection_id", id)
-                .opt("p_reason", reason),
+            AdminCommand::RevokeConnection { id, reason } => {
+                Call::new("revoke_connection").arg("p_connection_id", id).opt("p_reason", reason)
+            }
             AdminCommand::ListConnections { site } => Call::rows("list_connections").arg("p_site", site),
             AdminCommand::ListAudit { site, limit } => {
                 Call::rows("list_audit").arg("p_site", site).arg("p_limit", limit)
             }
             AdminCommand::VerifyLedger { site } => Call::new("verify_ledger").arg("p_site", site),
             AdminCommand::SeedDemo => Call::new("seed_demo"),
+            AdminCommand::ImportStrategy { site, source, file } => Call::new("import_topical_strategy")
+                .arg("p_site", site)
+                .arg("p_source", source)
+                .arg("p_opportunities", file),
+            AdminCommand::AddTopic { site, slug, title, parent } => Call::new("add_topic")
+                .arg("p_site", site)
+                .arg("p_slug", slug)
+                .arg("p_title", title)
+                .opt("p_parent", parent),
+            AdminCommand::ReportFormScreening { site, file } => {
+                Call::new("report_form_screening").arg("p_site", site).arg("p_events", file)
+            }
+            AdminCommand::PurgeFormScreening => Call::new("purge_form_screening"),
+            AdminCommand::SetSetting { key, value } => {
+                Call::new("set_setting").arg("p_key", key).arg("p_value", value)
+            }
+            AdminCommand::MakeEvidenceDue { site } => Call::new("make_evidence_jobs_due").arg("p_site", site),
         }
     }
 }

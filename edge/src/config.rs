@@ -63,6 +63,25 @@ pub struct ServeArgs {
     /// On SIGTERM or Ctrl-C, how long in-flight requests may still take, in seconds.
     #[arg(long, env = "QUERYLAYER_SHUTDOWN_GRACE", default_value_t = 30)]
     pub shutdown_grace_secs: u64,
+
+    /// Serve the governed `/v1` API (`POST /v1/models/import/osi`, `POST /v1/answer`), which
+    /// demands a signed `x-qg-envelope` on every request. Without it `/v1` is not served:
+    /// QueryLayer has no anonymous mode.
+    #[arg(long, env = "QUERYLAYER_REQUIRE_AUTH")]
+    pub require_auth: bool,
+
+    /// An OpenAI-compatible chat endpoint that writes answer text (`…/v1/chat/completions`);
+    /// without it answers are synthesized deterministically. Governance is the same either way.
+    #[arg(long, env = "QUERYLAYER_LLM_URL", requires = "llm_model")]
+    pub llm_url: Option<String>,
+
+    /// The model to ask at `--llm-url`.
+    #[arg(long, env = "QUERYLAYER_LLM_MODEL", requires = "llm_url")]
+    pub llm_model: Option<String>,
+
+    /// How long the LLM may take, in seconds.
+    #[arg(long, env = "QUERYLAYER_LLM_TIMEOUT", default_value_t = 60)]
+    pub llm_timeout_secs: u64,
 }
 
 /// What the HTTP stages need at run time.
@@ -75,6 +94,10 @@ pub struct HttpConfig {
     pub request_timeout: Duration,
     pub rate_limit_per_sec: f64,
     pub rate_burst: u32,
+    /// Serve the envelope-authenticated `/v1` API.
+    pub require_auth: bool,
+    /// The LLM that writes answers, if configured.
+    pub llm: Option<crate::llm::Llm>,
 }
 
 impl HttpConfig {
@@ -91,9 +114,7 @@ impl HttpConfig {
                 format!("http://{host}:{}", args.port)
             }
         };
-        let public: http::Uri = public_url
-            .parse()
-            .map_err(|e| format!("--public-url {public_url}: {e}"))?;
+        let public: http::Uri = public_url.parse().map_err(|e| format!("--public-url {public_url}: {e}"))?;
         let (Some(scheme), Some(authority)) = (public.scheme_str(), public.authority()) else {
             return Err(format!("--public-url {public_url}: needs a scheme and a host"));
         };
@@ -110,6 +131,15 @@ impl HttpConfig {
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             rate_limit_per_sec: args.rate_limit,
             rate_burst: args.rate_burst,
+            require_auth: args.require_auth,
+            llm: match (&args.llm_url, &args.llm_model) {
+                (Some(url), Some(model)) => Some(crate::llm::Llm::new(crate::llm::LlmConfig {
+                    url: url.clone(),
+                    model: model.clone(),
+                    timeout: Duration::from_secs(args.llm_timeout_secs),
+                })?),
+                _ => None,
+            },
         })
     }
 
@@ -182,12 +212,10 @@ impl AllowList {
             origin_entries: Vec::new(),
         };
         for entry in hosts.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
-            let authority: http::uri::Authority = entry.parse().map_err(|e| format!("allowed host {entry:?}: {e}"))?;
+            let authority: http::uri::Authority =
+                entry.parse().map_err(|e| format!("allowed host {entry:?}: {e}"))?;
             let port = authority.port_u16().map(Port::Exact).unwrap_or(Port::Any);
-            list.hosts.push(HostRule {
-                host: normalize_host(authority.host()),
-                port,
-            });
+            list.hosts.push(HostRule { host: normalize_host(authority.host()), port });
             list.host_entries.push(entry.to_string());
         }
         for entry in origins.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
@@ -257,11 +285,7 @@ impl AllowList {
         let port = authority.port_u16().or(default_port(&scheme));
         self.origins.iter().any(|rule| match rule {
             OriginRule::Null => false,
-            OriginRule::Tuple {
-                scheme: s,
-                host: h,
-                port: p,
-            } => {
+            OriginRule::Tuple { scheme: s, host: h, port: p } => {
                 *s == scheme
                     && *h == host
                     && match p {
@@ -293,11 +317,10 @@ pub enum LogFormat {
 /// QUERYLAYER_LOG (tracing's env-filter syntax).
 pub fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("QUERYLAYER_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn,tower_http=warn,deadpool=warn,tokio_postgres=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_env("QUERYLAYER_LOG").unwrap_or_else(|_| {
+        EnvFilter::new("info,rmcp=warn,tower_http=warn,deadpool=warn,tokio_postgres=warn")
+    });
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
@@ -319,22 +342,10 @@ mod tests {
     #[test]
     fn loopback_hosts_are_allowed_on_any_port_and_others_are_not() {
         let allow = list(&[], &[]);
-        for ok in [
-            "localhost",
-            "localhost:8080",
-            "127.0.0.1:1",
-            "[::1]:8080",
-            "LOCALHOST:3000",
-        ] {
+        for ok in ["localhost", "localhost:8080", "127.0.0.1:1", "[::1]:8080", "LOCALHOST:3000"] {
             assert!(allow.host_allowed(ok), "{ok}");
         }
-        for bad in [
-            "evil.example.com",
-            "evil.example.com:8080",
-            "127.0.0.2",
-            "localhost.evil.com",
-            "",
-        ] {
+        for bad in ["evil.example.com", "evil.example.com:8080", "127.0.0.2", "localhost.evil.com", ""] {
             assert!(!allow.host_allowed(bad), "{bad}");
         }
     }

@@ -30,11 +30,18 @@ pub fn router() -> Router<AppState> {
         .route("/api/console/proposals/{id}/reject", post(reject))
         .route("/api/console/runs", get(list_runs))
         .route("/api/console/runs/{id}", get(get_run))
-        .route(
-            "/api/console/connections",
-            get(list_connections).post(create_connection),
-        )
+        .route("/api/console/connections", get(list_connections).post(create_connection))
         .route("/api/console/connections/{id}/revoke", post(revoke_connection))
+        .route("/api/console/sessions", post(register_session))
+        .route("/api/console/sessions/{id}/end", post(end_session))
+        .route("/api/console/conversations", get(list_conversations).post(open_conversation))
+        .route("/api/console/conversations/{id}/link", get(conversation_link))
+        .route("/api/console/conversations/{id}/turns", post(add_turn))
+        .route("/api/console/turns/{id}", get(get_turn))
+        .route("/api/console/plans/{id}/cancel", post(cancel_plan))
+        .route("/api/console/form-screening", post(report_form_screening))
+        .route("/api/console/evidence-reviews", get(list_evidence_reviews))
+        .route("/api/console/evidence-reviews/{id}/close", post(close_evidence_review))
 }
 
 /// The presented member token, as a fingerprint. Checked by the database in the request's
@@ -70,9 +77,7 @@ fn respond(result: Result<Value, Error>, ok: StatusCode) -> Response {
     match result {
         Ok(value) => {
             let mut response = (ok, Json(value)).into_response();
-            response
-                .headers_mut()
-                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
             response
         }
         Err(e) if e.status == StatusCode::UNAUTHORIZED => {
@@ -93,9 +98,7 @@ fn path_id(path: Result<Path<Uuid>, PathRejection>) -> Result<Uuid, Error> {
 }
 
 fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Error> {
-    query
-        .map(|Query(q)| q)
-        .map_err(|e| Error::invalid_argument(e.body_text()))
+    query.map(|Query(q)| q).map_err(|e| Error::invalid_argument(e.body_text()))
 }
 
 /// A JSON body; an empty body is the type's default.
@@ -131,13 +134,8 @@ async fn list_proposals(
 ) -> Response {
     let result = async {
         let f = query(filter)?;
-        let call = Call::new("console_list_proposals")
-            .opt("p_state", f.state)
-            .opt("p_limit", f.limit);
-        member
-            .call(&state, Some(call))
-            .await
-            .map(|proposals| json!({ "proposals": proposals }))
+        let call = Call::new("console_list_proposals").opt("p_state", f.state).opt("p_limit", f.limit);
+        member.call(&state, Some(call)).await.map(|proposals| json!({ "proposals": proposals }))
     };
     respond(result.await, StatusCode::OK)
 }
@@ -205,16 +203,17 @@ async fn list_runs(
     let result = async {
         let f = query(filter)?;
         let call = Call::new("list_runs").opt("p_limit", f.limit).opt("p_before", f.before);
-        member
-            .call(&state, Some(call))
-            .await
-            .map(|runs| json!({ "runs": runs }))
+        member.call(&state, Some(call)).await.map(|runs| json!({ "runs": runs }))
     };
     respond(result.await, StatusCode::OK)
 }
 
 /// `GET /api/console/runs/{id}` → the run with its outcome, events and artifacts.
-async fn get_run(State(state): State<AppState>, member: Member, id: Result<Path<Uuid>, PathRejection>) -> Response {
+async fn get_run(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
     let result = async {
         let call = Call::new("get_run").arg("p_run_id", path_id(id)?);
         member.call(&state, Some(call)).await
@@ -255,7 +254,9 @@ async fn create_connection(State(state): State<AppState>, member: Member, body: 
             .arg("p_name", c.name)
             .arg("p_scopes", c.scopes);
         let call = match (c.expires_at, c.expires_in) {
-            (Some(_), Some(_)) => return Err(Error::invalid_argument("give expires_at or expires_in, not both")),
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid_argument("give expires_at or expires_in, not both"))
+            }
             (None, Some(interval)) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
             (at, None) => call.arg("p_expires_at", at),
         };
@@ -280,9 +281,222 @@ async fn revoke_connection(
     let result = async {
         let id = path_id(id)?;
         let body: RevokeBody = optional_body(&body)?;
-        let call = Call::new("console_revoke_connection")
-            .arg("p_connection_id", id)
-            .opt("p_reason", body.reason);
+        let call =
+            Call::new("console_revoke_connection").arg("p_connection_id", id).opt("p_reason", body.reason);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Agent Console: Hermes sessions, conversations, turns and their plans (docs/console.md).
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewSession {
+    /// The agent's immutable Hermes profile id.
+    profile_id: String,
+    /// The id of a session that exists in Hermes (QueryLayer never creates one).
+    session_id: String,
+}
+
+/// `POST /api/console/sessions` with `{"profile_id", "session_id"}` → 201 with the registered session.
+async fn register_session(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let result = async {
+        let s: NewSession = required_body(&body)?;
+        let call = Call::new("console_register_session")
+            .arg("p_profile_id", s.profile_id)
+            .arg("p_session_id", s.session_id);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::CREATED)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ReasonBody {
+    reason: Option<String>,
+}
+
+/// `POST /api/console/sessions/{session_id}/end` with `{"reason"?}`: the Hermes session ended or
+/// went missing; its conversation fails closed from now on.
+async fn end_session(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let Path(session_id) =
+            id.map_err(|e| Error::invalid_argument(format!("the session id in the path: {e}")))?;
+        let body: ReasonBody = optional_body(&body)?;
+        let call =
+            Call::new("console_end_session").arg("p_session_id", session_id).opt("p_reason", body.reason);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+/// `GET /api/console/conversations` → `{"conversations": [conversation with turns and problem]}`.
+async fn list_conversations(State(state): State<AppState>, member: Member) -> Response {
+    let result = member
+        .call(&state, Some(Call::new("console_list_conversations")))
+        .await
+        .map(|conversations| json!({ "conversations": conversations }));
+    respond(result, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewConversation {
+    profile_id: String,
+    session_id: String,
+    title: Option<String>,
+}
+
+/// `POST /api/console/conversations` with `{"profile_id", "session_id", "title"?}` → 201: the
+/// session's one conversation.
+async fn open_conversation(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let result = async {
+        let c: NewConversation = required_body(&body)?;
+        let call = Call::new("console_open_conversation")
+            .arg("p_profile_id", c.profile_id)
+            .arg("p_session_id", c.session_id)
+            .arg("p_title", c.title);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::CREATED)
+}
+
+/// `GET /api/console/conversations/{id}/link` → `{"conversation_id", "link"}`, the link being
+/// exactly `hermes://sessions/{session_id}?profile_id={profile_id}`; refused (422) when the
+/// profile or session no longer holds.
+async fn conversation_link(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let result = async {
+        let call = Call::new("console_conversation_link").arg("p_conversation_id", path_id(id)?);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTurn {
+    request: String,
+}
+
+/// `POST /api/console/conversations/{id}/turns` with `{"request"}` → 201 with the queued turn.
+async fn add_turn(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let id = path_id(id)?;
+        let t: NewTurn = required_body(&body)?;
+        let call = Call::new("console_add_turn").arg("p_conversation_id", id).arg("p_request", t.request);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::CREATED)
+}
+
+/// `GET /api/console/turns/{id}` → the turn with its plan versions, steps, runs and proposals.
+async fn get_turn(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let result = async {
+        let call = Call::new("console_get_turn").arg("p_turn_id", path_id(id)?);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+/// `POST /api/console/plans/{id}/cancel` with `{"reason"?}` → the cancelled plan.
+async fn cancel_plan(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let id = path_id(id)?;
+        let body: ReasonBody = optional_body(&body)?;
+        let call = Call::new("console_cancel_plan").arg("p_plan_id", id).opt("p_reason", body.reason);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Editorial: form screening reports and evidence reviews (what agents never see).
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FormScreeningReport {
+    /// `[{"form", "decision": "accepted" | "rejected" | "review", "reason", "occurred_at"?, …}]`.
+    events: Value,
+}
+
+/// `POST /api/console/form-screening` with `{"events": [...]}` → `{"recorded": n}`.
+async fn report_form_screening(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let result = async {
+        let r: FormScreeningReport = required_body(&body)?;
+        let call = Call::new("console_report_form_screening").arg("p_events", r.events);
+        member.call(&state, Some(call)).await
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReviewFilter {
+    /// `open` (default), `closed` or `all`.
+    state: Option<String>,
+}
+
+/// `GET /api/console/evidence-reviews?state=open|closed|all` → `{"reviews": [...]}` with what the
+/// re-verification observed.
+async fn list_evidence_reviews(
+    State(state): State<AppState>,
+    member: Member,
+    filter: Result<Query<ReviewFilter>, QueryRejection>,
+) -> Response {
+    let result = async {
+        let f = query(filter)?;
+        let call = Call::new("console_list_evidence_reviews");
+        let call = match f.state.as_deref() {
+            Some("all") => call.arg("p_state", None::<String>),
+            _ => call.opt("p_state", f.state),
+        };
+        member.call(&state, Some(call)).await.map(|reviews| json!({ "reviews": reviews }))
+    };
+    respond(result.await, StatusCode::OK)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CloseReviewBody {
+    note: Option<String>,
+}
+
+/// `POST /api/console/evidence-reviews/{id}/close` with `{"note"?}`: re-verification resumes.
+async fn close_evidence_review(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let id = path_id(id)?;
+        let body: CloseReviewBody = optional_body(&body)?;
+        let call = Call::new("console_close_evidence_review").arg("p_review_id", id).opt("p_note", body.note);
         member.call(&state, Some(call)).await
     };
     respond(result.await, StatusCode::OK)

@@ -29,20 +29,12 @@ pub struct Call {
 
 impl Call {
     pub fn new(function: &'static str) -> Self {
-        Call {
-            function,
-            args: Vec::new(),
-            returns_rows: false,
-        }
+        Call { function, args: Vec::new(), returns_rows: false }
     }
 
     /// A function declared `RETURNS TABLE`: its rows are aggregated into one JSON array.
     pub fn rows(function: &'static str) -> Self {
-        Call {
-            function,
-            args: Vec::new(),
-            returns_rows: true,
-        }
+        Call { function, args: Vec::new(), returns_rows: true }
     }
 
     pub fn arg<T: ToSql + Sync + Send + 'static>(self, name: &'static str, value: T) -> Self {
@@ -51,7 +43,12 @@ impl Call {
 
     /// An argument passed through an SQL expression in which `{}` stands for the parameter,
     /// for example `now() + {}::text::interval`.
-    pub fn arg_as<T: ToSql + Sync + Send + 'static>(mut self, name: &'static str, expr: &str, value: T) -> Self {
+    pub fn arg_as<T: ToSql + Sync + Send + 'static>(
+        mut self,
+        name: &'static str,
+        expr: &str,
+        value: T,
+    ) -> Self {
         self.args.push((name, expr.to_string(), Box::new(value)));
         self
     }
@@ -84,13 +81,10 @@ impl Call {
     }
 
     fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        self.args
-            .iter()
-            .map(|(_, _, p)| p.as_ref() as &(dyn ToSql + Sync))
-            .collect()
+        self.args.iter().map(|(_, _, p)| p.as_ref() as &(dyn ToSql + Sync)).collect()
     }
 
-    async fn run(&self, client: &impl GenericClient) -> Result<Value, tokio_postgres::Error> {
+    pub(crate) async fn run(&self, client: &impl GenericClient) -> Result<Value, tokio_postgres::Error> {
         let statement = client.prepare_cached(&self.sql()).await?;
         let row = client.query_one(&statement, &self.params()).await?;
         Ok(row.get::<_, Option<Value>>(0).unwrap_or(Value::Null))
@@ -130,6 +124,7 @@ impl ToolAudit {
 
 const AUTHENTICATE: &str = "SELECT querylayer_api.authenticate($1)";
 const AUTHENTICATE_MEMBER: &str = "SELECT querylayer_api.authenticate_member($1)";
+const AUTHENTICATE_ENVELOPE: &str = "SELECT querylayer_api.authenticate_envelope($1, $2, $3, $4)";
 const RECORD_TOOL_CALL: &str =
     "SELECT querylayer_api.record_tool_call(p_tool => $1, p_outcome => $2, p_duration_ms => $3, p_error_code => $4)";
 
@@ -150,13 +145,8 @@ impl Db {
         let options = config.get_options().unwrap_or("").to_string();
         config.options(format!("{options} -c statement_timeout={}", statement_timeout.as_millis()).trim());
         config.connect_timeout(Duration::from_secs(5));
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let manager =
+            Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(max_size)
             .wait_timeout(Some(Duration::from_secs(10)))
@@ -170,6 +160,13 @@ impl Db {
 
     async fn client(&self) -> Result<Object, Error> {
         Ok(self.pool.get().await?)
+    }
+
+    /// The server's public key material (no context needed: it is public).
+    pub async fn server_keys(&self) -> Result<Value, Error> {
+        let client = self.client().await?;
+        let row = client.query_one("SELECT querylayer_api.server_keys()", &[]).await?;
+        Ok(row.get(0))
     }
 
     /// Is the database reachable (readiness)?
@@ -191,13 +188,11 @@ impl Db {
     /// Appends the audit record of a failed connection authentication, in a new transaction.
     /// Failing to record is logged, never shown to the caller.
     pub async fn record_failed_authentication(&self, fingerprint: &Fingerprint, channel: &str) {
-        self.record_failure("record_failed_authentication", fingerprint, channel)
-            .await
+        self.record_failure("record_failed_authentication", fingerprint, channel).await
     }
 
     pub async fn record_failed_member_authentication(&self, fingerprint: &Fingerprint, channel: &str) {
-        self.record_failure("record_failed_member_authentication", fingerprint, channel)
-            .await
+        self.record_failure("record_failed_member_authentication", fingerprint, channel).await
     }
 
     async fn record_failure(&self, function: &'static str, fingerprint: &Fingerprint, channel: &str) {
@@ -226,13 +221,10 @@ impl Db {
         let outcome = async {
             let tx = client.transaction().await?;
             let auth = tx.prepare_cached(AUTHENTICATE).await?;
-            tx.query_one(&auth, &[&fingerprint.as_bytes()])
-                .await
-                .map_err(Refusal::Authentication)?;
+            tx.query_one(&auth, &[&fingerprint.as_bytes()]).await.map_err(Refusal::Authentication)?;
             let value = call.run(&tx).await.map_err(Refusal::Call)?;
             let record = tx.prepare_cached(RECORD_TOOL_CALL).await?;
-            tx.execute(&record, &[&audit.tool, &"ok", &audit.duration_ms(), &None::<&str>])
-                .await?;
+            tx.execute(&record, &[&audit.tool, &"ok", &audit.duration_ms(), &None::<&str>]).await?;
             tx.commit().await?;
             Ok::<_, Refusal>(value)
         }
@@ -256,6 +248,73 @@ impl Db {
         }
     }
 
+    /// As `call_as_connection`, for a tool whose work takes more than one governed call in its
+    /// transaction (an answer prepared in the database, written by the LLM, signed in the
+    /// database): BEGIN; authenticate; `steps`; record_tool_call; COMMIT.
+    pub async fn steps_as_connection(
+        &self,
+        fingerprint: &Fingerprint,
+        audit: &ToolAudit,
+        steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
+    ) -> Result<Value, Error> {
+        let mut client = self.client().await?;
+        let outcome = async {
+            let tx = client.transaction().await.map_err(|e| Error::from_db(&e))?;
+            let auth = tx.prepare_cached(AUTHENTICATE).await.map_err(|e| Error::from_db(&e))?;
+            tx.query_one(&auth, &[&fingerprint.as_bytes()]).await.map_err(|e| Error::from_db(&e))?;
+            let value = steps(&tx).await?;
+            let record = tx.prepare_cached(RECORD_TOOL_CALL).await.map_err(|e| Error::from_db(&e))?;
+            tx.execute(&record, &[&audit.tool, &"ok", &audit.duration_ms(), &None::<&str>])
+                .await
+                .map_err(|e| Error::from_db(&e))?;
+            tx.commit().await.map_err(|e| Error::from_db(&e))?;
+            Ok::<_, Error>(value)
+        }
+        .await;
+        drop(client);
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(error) if error.code == "unauthenticated" => {
+                self.record_failed_authentication(fingerprint, "mcp").await;
+                Err(error)
+            }
+            Err(error) => {
+                self.record_refused_tool_call(fingerprint, audit, error.code).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// A governed `/v1` request: BEGIN; authenticate_envelope (header, method, exact path,
+    /// SHA-256 of the exact body); when the database allows it, `steps` as the bound
+    /// connection; COMMIT. The receipt is committed whether the envelope was allowed or not
+    /// (every decision is recorded); a refusal of `steps` rolls everything back and is the
+    /// caller's error.
+    pub async fn with_envelope(
+        &self,
+        header: Option<&str>,
+        method: &str,
+        path: &str,
+        body_sha256: &[u8],
+        steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
+    ) -> Result<EnvelopeOutcome, Error> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| Error::from_db(&e))?;
+        let auth = tx.prepare_cached(AUTHENTICATE_ENVELOPE).await.map_err(|e| Error::from_db(&e))?;
+        let receipt: Value = tx
+            .query_one(&auth, &[&header, &method, &path, &body_sha256])
+            .await
+            .map_err(|e| Error::from_db(&e))?
+            .get(0);
+        if receipt.get("allowed").and_then(Value::as_bool) != Some(true) {
+            tx.commit().await.map_err(|e| Error::from_db(&e))?;
+            return Ok(EnvelopeOutcome::Denied(receipt));
+        }
+        let value = steps(&tx).await?;
+        tx.commit().await.map_err(|e| Error::from_db(&e))?;
+        Ok(EnvelopeOutcome::Allowed { receipt, value })
+    }
+
     /// Records a tool call that was refused before or inside the database, in a transaction
     /// of its own that authenticates first. Failing to record is logged, never shown.
     pub async fn record_refused_tool_call(&self, fingerprint: &Fingerprint, audit: &ToolAudit, code: &str) {
@@ -265,8 +324,7 @@ impl Db {
             let auth = tx.prepare_cached(AUTHENTICATE).await?;
             tx.query_one(&auth, &[&fingerprint.as_bytes()]).await?;
             let record = tx.prepare_cached(RECORD_TOOL_CALL).await?;
-            tx.execute(&record, &[&audit.tool, &"error", &audit.duration_ms(), &Some(code)])
-                .await?;
+            tx.execute(&record, &[&audit.tool, &"error", &audit.duration_ms(), &Some(code)]).await?;
             tx.commit().await?;
             Ok::<_, Error>(())
         }
@@ -287,10 +345,7 @@ impl Db {
         let mut client = self.client().await?;
         let outcome = async {
             let tx = client.transaction().await.map_err(MemberRefusal::Db)?;
-            let auth = tx
-                .prepare_cached(AUTHENTICATE_MEMBER)
-                .await
-                .map_err(MemberRefusal::Db)?;
+            let auth = tx.prepare_cached(AUTHENTICATE_MEMBER).await.map_err(MemberRefusal::Db)?;
             let row = tx
                 .query_one(&auth, &[&fingerprint.as_bytes()])
                 .await
@@ -326,6 +381,12 @@ impl Db {
         let client = self.client().await?;
         Ok(call.run(&client).await?)
     }
+}
+
+/// What `with_envelope` did: the database's receipt, and the result when it allowed the call.
+pub enum EnvelopeOutcome {
+    Allowed { receipt: Value, value: Value },
+    Denied(Value),
 }
 
 enum Refusal {
@@ -372,8 +433,11 @@ mod tests {
             rows.sql(),
             "SELECT coalesce(jsonb_agg(to_jsonb(r)), '[]'::jsonb) FROM querylayer_api.list_connections(p_site => $1) AS r"
         );
-        let expr =
-            Call::new("create_connection").arg_as("p_expires_at", "now() + {}::text::interval", "1h".to_string());
+        let expr = Call::new("create_connection").arg_as(
+            "p_expires_at",
+            "now() + {}::text::interval",
+            "1h".to_string(),
+        );
         assert_eq!(
             expr.sql(),
             "SELECT to_jsonb(querylayer_api.create_connection(p_expires_at => now() + $1::text::interval))"

@@ -52,14 +52,7 @@ pub struct Error {
 
 impl Error {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Error {
-            status,
-            code,
-            message: message.into(),
-            hint: None,
-            detail: None,
-            retry_after_secs: None,
-        }
+        Error { status, code, message: message.into(), hint: None, detail: None, retry_after_secs: None }
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
@@ -69,8 +62,9 @@ impl Error {
 
     /// Missing, malformed, unknown, revoked and expired credentials all look like this.
     pub fn unauthenticated() -> Self {
-        Error::new(StatusCode::UNAUTHORIZED, "unauthenticated", "authentication failed")
-            .with_hint("send the credential as `Authorization: Bearer <secret>`; an operator can issue a new one")
+        Error::new(StatusCode::UNAUTHORIZED, "unauthenticated", "authentication failed").with_hint(
+            "send the credential as `Authorization: Bearer <secret>`; an operator can issue a new one",
+        )
     }
 
     pub fn invalid_argument(message: impl Into<String>) -> Self {
@@ -98,6 +92,17 @@ impl Error {
         e
     }
 
+    /// An upstream service the edge was configured to use (the LLM) failed: 502, opaque body.
+    pub fn upstream(detail: impl Into<String>) -> Self {
+        let mut e = Error::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream",
+            "the configured language model failed; retry later",
+        );
+        e.detail = Some(detail.into());
+        e
+    }
+
     pub fn unavailable(detail: impl Into<String>) -> Self {
         let mut e = Error::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -119,11 +124,7 @@ impl Error {
         let (code, status) = SQLSTATES
             .iter()
             .find(|(s, _, _)| *s == sqlstate)
-            .or_else(|| {
-                SQLSTATE_CLASSES
-                    .iter()
-                    .find(|(class, _, _)| sqlstate.starts_with(class))
-            })
+            .or_else(|| SQLSTATE_CLASSES.iter().find(|(class, _, _)| sqlstate.starts_with(class)))
             .map(|(_, code, status)| (*code, StatusCode::from_u16(*status).expect("valid status")))
             .unwrap_or(("internal", StatusCode::INTERNAL_SERVER_ERROR));
         let detail = format!("SQLSTATE {sqlstate}: {}", db.message());
@@ -206,9 +207,7 @@ impl IntoResponse for Error {
         }
         let mut response = (self.status, axum::Json(json!({ "error": self.body() }))).into_response();
         if let Some(secs) = self.retry_after_secs {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }
@@ -226,18 +225,12 @@ mod tests {
             assert!(doc.contains(&row), "docs/errors.md lacks the row {row}");
         }
         let documented = doc.lines().filter(|l| l.starts_with("| `")).count();
-        assert_eq!(
-            documented,
-            SQLSTATES.len(),
-            "docs/errors.md and the SQLSTATE table disagree"
-        );
+        assert_eq!(documented, SQLSTATES.len(), "docs/errors.md and the SQLSTATE table disagree");
     }
 
     #[test]
     fn tool_errors_carry_no_structured_content_and_repeat_the_error_in_meta() {
-        let result = Error::invalid_argument("bad run_id")
-            .with_hint("use a uuid")
-            .into_tool_result();
+        let result = Error::invalid_argument("bad run_id").with_hint("use a uuid").into_tool_result();
         assert_eq!(result.is_error, Some(true));
         assert!(result.structured_content.is_none());
         let meta = result.meta.expect("meta");

@@ -13,9 +13,7 @@ use serde_json::json;
 use crate::AppState;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz))
 }
 
 async fn healthz() -> Response {
@@ -27,16 +25,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
         Ok(Ok(())) => Json(json!({ "status": "ready" })).into_response(),
         Ok(Err(e)) => {
             e.log("readiness check");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({ "status": "unavailable" })),
-            )
-                .into_response()
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "unavailable" }))).into_response()
         }
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "unavailable" })),
-        )
-            .into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "unavailable" }))).into_response(),
     }
 }

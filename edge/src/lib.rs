@@ -8,13 +8,18 @@
 
 pub mod admin;
 pub mod auth;
+pub mod card;
+pub mod commands;
 pub mod config;
 pub mod console;
 pub mod db;
 pub mod error;
 pub mod health;
 pub mod limits;
+pub mod llm;
 pub mod mcp;
+pub mod v1;
+pub mod worker;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,26 +48,23 @@ pub struct AppState {
 impl AppState {
     pub fn new(db: Db, config: HttpConfig) -> Self {
         let limiter = Arc::new(RateLimiter::new(config.rate_limit_per_sec, config.rate_burst));
-        AppState {
-            db,
-            config: Arc::new(config),
-            limiter,
-        }
+        AppState { db, config: Arc::new(config), limiter }
     }
 }
 
 /// The whole HTTP surface, testable with `oneshot` without a socket.
 pub fn app(state: AppState) -> Router {
-    let guarded = mcp::router(&state)
-        .merge(console::router())
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            limits::check_host_and_origin,
-        ));
+    let mut governed = mcp::router(&state).merge(console::router());
+    if state.config.require_auth {
+        governed = governed.merge(v1::router());
+    }
+    let guarded =
+        governed.route_layer(middleware::from_fn_with_state(state.clone(), limits::check_host_and_origin));
     Router::new()
         .merge(guarded)
         .merge(auth::router())
         .merge(health::router())
+        .route("/.well-known/agent-card.json", axum::routing::get(v1::agent_card))
         .fallback(|| async { Error::not_found("no such endpoint").into_response() })
         .layer(middleware::from_fn(log_request))
         .layer(RequestBodyLimitLayer::new(state.config.max_body_bytes))
@@ -79,11 +81,7 @@ async fn log_request(request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let mcp_method = request
-        .headers()
-        .get("mcp-method")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let mcp_method = request.headers().get("mcp-method").and_then(|v| v.to_str().ok()).map(str::to_string);
     let response = next.run(request).await;
     tracing::info!(
         method = %method,

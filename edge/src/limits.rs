@@ -79,11 +79,7 @@ const SWEEP_AT: usize = 10_000;
 impl RateLimiter {
     /// `per_sec` 0 (or less) admits everything.
     pub fn new(per_sec: f64, burst: u32) -> Self {
-        RateLimiter {
-            per_sec,
-            burst: f64::from(burst.max(1)),
-            buckets: Mutex::new(HashMap::new()),
-        }
+        RateLimiter { per_sec, burst: f64::from(burst.max(1)), buckets: Mutex::new(HashMap::new()) }
     }
 
     /// Takes one token for `key`, or says after how many seconds one will be there.
@@ -100,11 +96,9 @@ impl RateLimiter {
             let (per_sec, burst) = (self.per_sec, self.burst);
             buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * per_sec < burst);
         }
-        let bucket = buckets.entry(key).or_insert(Bucket {
-            tokens: self.burst,
-            at: now,
-        });
-        bucket.tokens = (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * self.per_sec).min(self.burst);
+        let bucket = buckets.entry(key).or_insert(Bucket { tokens: self.burst, at: now });
+        bucket.tokens =
+            (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * self.per_sec).min(self.burst);
         bucket.at = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;

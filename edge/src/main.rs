@@ -1,5 +1,6 @@
 //! The `querylayer` command: the edge service (`serve`), the same tools over stdio
-//! (`mcp-serve`) and the operator tools (`admin`).
+//! (`mcp-serve`), the operator tools (`admin`), the background worker (`worker`), and the
+//! offline commands (`agent-card`, `tool-schemas`, `envelope`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
@@ -10,9 +11,11 @@ use rmcp::ServiceExt;
 
 use querylayer_edge::admin::{self, AdminArgs};
 use querylayer_edge::auth::Fingerprint;
+use querylayer_edge::commands;
 use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
 use querylayer_edge::mcp::QueryLayerMcp;
+use querylayer_edge::worker::{self, WorkerArgs};
 use querylayer_edge::{app, AppState};
 
 #[derive(Parser, Debug)]
@@ -23,13 +26,7 @@ use querylayer_edge::{app, AppState};
 )]
 struct Cli {
     /// Log format (logs go to stderr).
-    #[arg(
-        long,
-        global = true,
-        value_enum,
-        env = "QUERYLAYER_LOG_FORMAT",
-        default_value = "text"
-    )]
+    #[arg(long, global = true, value_enum, env = "QUERYLAYER_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
 
     #[command(subcommand)]
@@ -44,6 +41,15 @@ enum Command {
     McpServe(McpServeArgs),
     /// Operator commands against an operator login.
     Admin(AdminArgs),
+    /// Background jobs (evidence re-verification, the form screening purge), as a querylayer_worker login.
+    Worker(WorkerArgs),
+    /// Print the A2A agent card (the one served at /.well-known/agent-card.json).
+    AgentCard(commands::AgentCardArgs),
+    /// Print every MCP tool as a function-calling schema (OpenAI or Anthropic flavor).
+    ToolSchemas(commands::ToolSchemasArgs),
+    /// Mint or verify `x-qg-envelope` headers.
+    #[command(subcommand)]
+    Envelope(commands::EnvelopeCommand),
 }
 
 #[derive(Args, Debug)]
@@ -55,13 +61,36 @@ struct McpServeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Admin(args) => admin::run(args).await,
+            Command::Worker(args) => {
+                init_logging(cli.log_format);
+                worker::run(args).await
+            }
+            Command::AgentCard(args) => match commands::agent_card(args).await {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("querylayer agent-card: {e}");
+                    1
+                }
+            },
+            Command::ToolSchemas(args) => {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&commands::tool_schemas(args.flavor)).expect("JSON")
+                );
+                0
+            }
+            Command::Envelope(command) => match commands::envelope(command) {
+                Ok(true) => 0,
+                Ok(false) => 1,
+                Err(e) => {
+                    eprintln!("querylayer envelope: {e}");
+                    2
+                }
+            },
             Command::Serve(args) => {
                 init_logging(cli.log_format);
                 match serve(args).await {
@@ -90,16 +119,10 @@ fn main() -> ExitCode {
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let config = HttpConfig::from_args(&args)?;
     let public_url = config.public_url.clone();
-    let db = Db::connect(
-        &args.database_url,
-        args.db_pool_size,
-        Duration::from_secs(args.statement_timeout_secs),
-    )?;
+    let db =
+        Db::connect(&args.database_url, args.db_pool_size, Duration::from_secs(args.statement_timeout_secs))?;
     if let Err(e) = db.ping().await {
-        tracing::warn!(
-            code = e.code,
-            "the database does not answer yet; /readyz says so until it does"
-        );
+        tracing::warn!(code = e.code, "the database does not answer yet; /readyz says so until it does");
     }
     let ip: IpAddr = args.bind.parse().map_err(|e| format!("--bind {}: {e}", args.bind))?;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, args.port))
@@ -150,8 +173,8 @@ async fn shutdown_signal() {
 }
 
 async fn mcp_serve(args: McpServeArgs) -> Result<(), String> {
-    let secret =
-        std::env::var("QUERYLAYER_TOKEN").map_err(|_| "set QUERYLAYER_TOKEN to the connection secret".to_string())?;
+    let secret = std::env::var("QUERYLAYER_TOKEN")
+        .map_err(|_| "set QUERYLAYER_TOKEN to the connection secret".to_string())?;
     let secret = secret.trim().to_string();
     let db = Db::connect(&args.database_url, 2, Duration::from_secs(20))?;
     // Fail fast on a dead secret; every call authenticates again anyway.
@@ -164,10 +187,7 @@ async fn mcp_serve(args: McpServeArgs) -> Result<(), String> {
     }
     let server = QueryLayerMcp::for_stdio(db, &secret);
     drop(secret);
-    let running = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| format!("stdio: {e}"))?;
+    let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("stdio: {e}"))?;
     running.waiting().await.map_err(|e| format!("stdio: {e}"))?;
     Ok(())
 }

@@ -26,6 +26,10 @@ fn state() -> AppState {
         statement_timeout_secs: 20,
         db_pool_size: 1,
         shutdown_grace_secs: 1,
+        require_auth: true,
+        llm_url: None,
+        llm_model: None,
+        llm_timeout_secs: 60,
     };
     let db = Db::connect(&args.database_url, 1, Duration::from_secs(1)).unwrap();
     AppState::new(db, HttpConfig::from_args(&args).unwrap())
@@ -46,10 +50,8 @@ const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
 
 #[tokio::test]
 async fn a_request_without_a_secret_gets_the_401_challenge_and_no_detail() {
-    let response = app(state())
-        .oneshot(mcp_post("localhost:8080").body(Body::from(TOOLS_LIST)).unwrap())
-        .await
-        .unwrap();
+    let response =
+        app(state()).oneshot(mcp_post("localhost:8080").body(Body::from(TOOLS_LIST)).unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(
         response.headers()[header::WWW_AUTHENTICATE],
@@ -72,9 +74,8 @@ async fn a_foreign_host_is_refused_before_authentication() {
 
 #[tokio::test]
 async fn a_foreign_origin_is_refused_before_authentication() {
-    let request = mcp_post("localhost")
-        .header(header::ORIGIN, "http://evil.example.com")
-        .body(Body::from(TOOLS_LIST));
+    let request =
+        mcp_post("localhost").header(header::ORIGIN, "http://evil.example.com").body(Body::from(TOOLS_LIST));
     let response = app(state()).oneshot(request.unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     assert_eq!(json(response).await["error"]["code"], "forbidden_origin");
@@ -86,31 +87,22 @@ async fn the_public_host_and_a_configured_origin_pass_the_guard() {
         .header(header::ORIGIN, "https://console.example.com")
         .body(Body::from(TOOLS_LIST));
     let response = app(state()).oneshot(request.unwrap()).await.unwrap();
-    assert_eq!(
-        response.status(),
-        StatusCode::UNAUTHORIZED,
-        "the guard passes; authentication answers"
-    );
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "the guard passes; authentication answers");
 }
 
 #[tokio::test]
 async fn the_console_answers_401_without_a_member_token() {
-    let request = Request::get("/api/console/proposals")
-        .header(header::HOST, "localhost")
-        .body(Body::empty());
+    let request =
+        Request::get("/api/console/proposals").header(header::HOST, "localhost").body(Body::empty());
     let response = app(state()).oneshot(request.unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    assert!(response.headers()[header::WWW_AUTHENTICATE]
-        .to_str()
-        .unwrap()
-        .starts_with("Bearer"));
+    assert!(response.headers()[header::WWW_AUTHENTICATE].to_str().unwrap().starts_with("Bearer"));
 }
 
 #[tokio::test]
 async fn an_oversized_body_is_refused() {
-    let request = mcp_post("localhost")
-        .header(header::CONTENT_LENGTH, 4096)
-        .body(Body::from(vec![b' '; 4096]));
+    let request =
+        mcp_post("localhost").header(header::CONTENT_LENGTH, 4096).body(Body::from(vec![b' '; 4096]));
     let response = app(state()).oneshot(request.unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
@@ -125,15 +117,9 @@ async fn resource_metadata_names_the_mcp_endpoint() {
 
 #[tokio::test]
 async fn health_answers_without_the_database_and_unknown_paths_are_json_404() {
-    let response = app(state())
-        .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
-        .await
-        .unwrap();
+    let response = app(state()).oneshot(Request::get("/healthz").body(Body::empty()).unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    let response = app(state())
-        .oneshot(Request::get("/nowhere").body(Body::empty()).unwrap())
-        .await
-        .unwrap();
+    let response = app(state()).oneshot(Request::get("/nowhere").body(Body::empty()).unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert_eq!(json(response).await["error"]["code"], "not_found");
 }

@@ -89,7 +89,9 @@ fn from_value(v: &serde_json::Value) -> Node {
         }
         serde_json::Value::String(s) => Node::Str(s.clone()),
         serde_json::Value::Array(a) => Node::Array(a.iter().map(from_value).collect()),
-        serde_json::Value::Object(o) => Node::Object(o.iter().map(|(k, v)| (k.clone(), from_value(v))).collect()),
+        serde_json::Value::Object(o) => {
+            Node::Object(o.iter().map(|(k, v)| (k.clone(), from_value(v))).collect())
+        }
     }
 }
 
@@ -311,7 +313,9 @@ impl Parser<'_> {
                 }
                 self.i += 1;
             }
-            out.push_str(std::str::from_utf8(&self.s[start..self.i]).map_err(|_| "invalid UTF-8".to_string())?);
+            out.push_str(
+                std::str::from_utf8(&self.s[start..self.i]).map_err(|_| "invalid UTF-8".to_string())?,
+            );
             match self.s.get(self.i) {
                 None => return self.err("unterminated string"),
                 Some(b'"') => {
@@ -333,12 +337,15 @@ impl Parser<'_> {
                         b't' => out.push('\t'),
                         b'u' => {
                             let hi = self.hex4()?;
-                            let c = if (0xd800..0xdc00).contains(&hi) && self.s[self.i..].starts_with(b"\\u") {
+                            let c = if (0xd800..0xdc00).contains(&hi) && self.s[self.i..].starts_with(b"\\u")
+                            {
                                 let save = self.i;
                                 self.i += 2;
                                 let lo = self.hex4()?;
                                 if (0xdc00..0xe000).contains(&lo) {
-                                    char::from_u32(0x10000 + ((u32::from(hi) - 0xd800) << 10) + (u32::from(lo) - 0xdc00))
+                                    char::from_u32(
+                                        0x10000 + ((u32::from(hi) - 0xd800) << 10) + (u32::from(lo) - 0xdc00),
+                                    )
                                 } else {
                                     self.i = save;
                                     None

@@ -107,7 +107,9 @@ impl Checks {
 
     /// `{"signatureValid": true, …}` in check order.
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::Value::Object(self.0.iter().map(|(n, ok)| (n.to_string(), serde_json::Value::Bool(*ok))).collect())
+        serde_json::Value::Object(
+            self.0.iter().map(|(n, ok)| (n.to_string(), serde_json::Value::Bool(*ok))).collect(),
+        )
     }
 }
 
@@ -124,11 +126,15 @@ fn optional(obj: &Node, key: &str) -> Option<String> {
 impl Envelope {
     /// Parses the header value (compact or pretty JSON).
     pub fn parse(header: &str) -> Result<Envelope, ParseError> {
-        let node = canonical::parse(header).map_err(|e| ParseError(format!("the envelope is not JSON: {e}")))?;
+        let node =
+            canonical::parse(header).map_err(|e| ParseError(format!("the envelope is not JSON: {e}")))?;
         if !matches!(node, Node::Object(_)) {
             return Err(ParseError("the envelope must be a JSON object".into()));
         }
-        let payload = node.get("payload").cloned().ok_or_else(|| ParseError("the envelope needs a \"payload\"".into()))?;
+        let payload = node
+            .get("payload")
+            .cloned()
+            .ok_or_else(|| ParseError("the envelope needs a \"payload\"".into()))?;
         if !matches!(payload, Node::Object(_)) {
             return Err(ParseError("the envelope's \"payload\" must be an object".into()));
         }
@@ -192,7 +198,9 @@ impl Envelope {
     /// The payload hash recomputes and the signature verifies against the envelope's own
     /// verification method.
     pub fn signature_valid(&self) -> bool {
-        let Some(vm) = &self.verification_method else { return false };
+        let Some(vm) = &self.verification_method else {
+            return false;
+        };
         self.recomputed_payload_sha256() == self.payload_sha256
             && keys::verify_signature(vm, self.signing_payload().as_bytes(), &self.signature)
     }
@@ -206,7 +214,8 @@ impl Envelope {
         checks.push(
             "senderMatchesVerificationMethod",
             didkey::is_ed25519_did_key(&self.sender)
-                && self.verification_method.as_deref().and_then(|vm| vm.split('#').next()) == Some(self.sender.as_str()),
+                && self.verification_method.as_deref().and_then(|vm| vm.split('#').next())
+                    == Some(self.sender.as_str()),
         );
         checks.push("recipientIsServer", self.recipient == facts.server_did);
         checks.push("actionIsInvoke", self.action == "invoke");
@@ -307,7 +316,9 @@ impl Envelope {
         env.envelope_digest = Some(format!(
             "sha256:{}",
             canonical::sha256_hex(
-                [DIGEST_DOMAIN, &env.conversation_id, &env.privacy, &env.profile, &env.signature].join("\n").as_bytes()
+                [DIGEST_DOMAIN, &env.conversation_id, &env.privacy, &env.profile, &env.signature]
+                    .join("\n")
+                    .as_bytes()
             )
         ));
         env
@@ -351,7 +362,8 @@ impl Envelope {
 
 /// 16 to 128 characters of base64url or hex: enough entropy, nothing that needs escaping.
 fn nonce_well_formed(nonce: &str) -> bool {
-    (16..=128).contains(&nonce.len()) && nonce.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    (16..=128).contains(&nonce.len())
+        && nonce.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Unix seconds of an RFC 3339 UTC timestamp (`…Z` or `…+00:00`, optional fraction).
@@ -359,13 +371,15 @@ pub fn unix_seconds(ts: &str) -> Option<i64> {
     let body = ts.strip_suffix('Z').or_else(|| ts.strip_suffix("+00:00"))?;
     let (date, time) = body.split_once('T')?;
     let mut d = date.split('-');
-    let (y, m, day): (i64, i64, i64) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
+    let (y, m, day): (i64, i64, i64) =
+        (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
     if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
         return None;
     }
     let time = time.split('.').next()?;
     let mut t = time.split(':');
-    let (hh, mm, ss): (i64, i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?, t.next()?.parse().ok()?);
+    let (hh, mm, ss): (i64, i64, i64) =
+        (t.next()?.parse().ok()?, t.next()?.parse().ok()?, t.next()?.parse().ok()?);
     if t.next().is_some() || hh > 23 || mm > 59 || ss > 60 {
         return None;
     }

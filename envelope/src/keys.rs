@@ -54,11 +54,21 @@ impl std::fmt::Debug for Signer {
 /// Verifies an `ed25519:<hex>` signature over `message` with the key of a did:key (or one of its
 /// verification methods). Any malformed input is simply `false`.
 pub fn verify_signature(did_or_method: &str, message: &[u8], signature: &str) -> bool {
-    let Some(key) = didkey::public_key(did_or_method) else { return false };
-    let Some(hex_sig) = signature.strip_prefix("ed25519:") else { return false };
-    let Ok(bytes) = hex::decode(hex_sig) else { return false };
-    let Ok(sig) = <[u8; 64]>::try_from(bytes.as_slice()) else { return false };
-    let Ok(vk) = VerifyingKey::from_bytes(&key) else { return false };
+    let Some(key) = didkey::public_key(did_or_method) else {
+        return false;
+    };
+    let Some(hex_sig) = signature.strip_prefix("ed25519:") else {
+        return false;
+    };
+    let Ok(bytes) = hex::decode(hex_sig) else {
+        return false;
+    };
+    let Ok(sig) = <[u8; 64]>::try_from(bytes.as_slice()) else {
+        return false;
+    };
+    let Ok(vk) = VerifyingKey::from_bytes(&key) else {
+        return false;
+    };
     // verify_strict refuses small-order keys and malleable signatures.
     vk.verify_strict(message, &Signature::from_bytes(&sig)).is_ok()
 }

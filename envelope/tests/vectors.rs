@@ -61,12 +61,16 @@ fn v1_headers_minted_by_the_python_client_verify_and_bind_path_and_body() {
         assert!(checks.all_passed(), "{}: {checks:?}", v["name"]);
         assert_eq!(env.sender, v["did_key"].as_str().unwrap());
         // Another path or another body fails exactly that check.
-        assert_eq!(env.check(&facts("/v1/other", body, "POST", 0)).first_failure(), Some("resourceBoundToPath"));
+        assert_eq!(
+            env.check(&facts("/v1/other", body, "POST", 0)).first_failure(),
+            Some("resourceBoundToPath")
+        );
         assert_eq!(env.check(&facts(path, &"0".repeat(64), "POST", 0)).first_failure(), Some("bodyBound"));
         // The same key, minted here, signs the same bytes (created_at is not signed).
         let signer = Signer::from_seed_bytes(v["seed_utf8"].as_str().unwrap().as_bytes());
         let payload = serde_json::json!({"bodySha256": body});
-        let ours = Envelope::mint_v1(&signer, "did:web:qg-server", "invoke", path, &payload, "2025-01-02T03:04:05Z");
+        let ours =
+            Envelope::mint_v1(&signer, "did:web:qg-server", "invoke", path, &payload, "2025-01-02T03:04:05Z");
         assert_eq!(ours.signature, v["signature"].as_str().unwrap());
         assert_eq!(ours.payload_sha256, v["payload_sha256"].as_str().unwrap());
     }
@@ -77,7 +81,8 @@ fn a_tampered_v1_header_fails_the_signature_check() {
     let v = &vectors()["v1"][1];
     let header = v["header"].as_str().unwrap().replace("\"action\":\"invoke\"", "\"action\":\"invokf\"");
     let env = Envelope::parse(&header).unwrap();
-    let checks = env.check(&facts(v["path"].as_str().unwrap(), v["body_sha256"].as_str().unwrap(), "POST", 0));
+    let checks =
+        env.check(&facts(v["path"].as_str().unwrap(), v["body_sha256"].as_str().unwrap(), "POST", 0));
     assert_eq!(checks.first_failure(), Some("signatureValid"));
 }
 
@@ -87,7 +92,8 @@ fn v2_vectors_verify_and_bind_method_and_time() {
         let env = Envelope::parse(v["header"].as_str().unwrap()).unwrap();
         assert_eq!(env.signing_payload(), v["signing_payload"].as_str().unwrap());
         let now = querylayer_envelope::envelope::unix_seconds(v["created_at"].as_str().unwrap()).unwrap();
-        let (path, body, method) = (v["path"].as_str().unwrap(), v["body_sha256"].as_str().unwrap(), v["method"].as_str().unwrap());
+        let (path, body, method) =
+            (v["path"].as_str().unwrap(), v["body_sha256"].as_str().unwrap(), v["method"].as_str().unwrap());
         assert!(env.check(&facts(path, body, method, now + 10)).all_passed());
         assert_eq!(env.check(&facts(path, body, "PUT", now)).first_failure(), Some("methodBound"));
         assert_eq!(env.check(&facts(path, body, method, now + 301)).first_failure(), Some("fresh"));
@@ -112,12 +118,35 @@ fn v1_is_refused_when_v2_is_required() {
 fn print_v2_vectors() {
     let mut out = Vec::new();
     for (seed, method, path, body, created, nonce) in [
-        ("qg-vector-seed-0001", "POST", "/v1/answer", r#"{"question": "What is fiscal capacity?"}"#, "2026-11-30T12:00:00Z", "bm9uY2UtMDAwMDAwMDAwMQ"),
-        ("qg-vector-seed-0002", "POST", "/v1/models/import/osi", "", "2026-11-30T12:00:05.250000Z", "0123456789abcdef0123456789abcdef"),
+        (
+            "qg-vector-seed-0001",
+            "POST",
+            "/v1/answer",
+            r#"{"question": "What is fiscal capacity?"}"#,
+            "2026-11-30T12:00:00Z",
+            "bm9uY2UtMDAwMDAwMDAwMQ",
+        ),
+        (
+            "qg-vector-seed-0002",
+            "POST",
+            "/v1/models/import/osi",
+            "",
+            "2026-11-30T12:00:05.250000Z",
+            "0123456789abcdef0123456789abcdef",
+        ),
     ] {
         let signer = Signer::from_seed_bytes(seed.as_bytes());
         let body_sha = canonical::sha256_hex(body.as_bytes());
-        let env = Envelope::mint_v2(&signer, "did:web:qg-server", "invoke", path, &serde_json::json!({"bodySha256": body_sha}), method, created, nonce);
+        let env = Envelope::mint_v2(
+            &signer,
+            "did:web:qg-server",
+            "invoke",
+            path,
+            &serde_json::json!({"bodySha256": body_sha}),
+            method,
+            created,
+            nonce,
+        );
         out.push(serde_json::json!({
             "seed_utf8": seed, "did_key": signer.did_key(), "method": method, "path": path, "body_utf8": body,
             "body_sha256": body_sha, "created_at": created, "nonce": nonce,
@@ -135,16 +164,33 @@ fn print_v1_rust_vector() {
     let signer = Signer::from_secret([7u8; 32]);
     let body = r#"{"question": "Where is fiscal stress highest?"}"#;
     let body_sha = canonical::sha256_hex(body.as_bytes());
-    let env = Envelope::mint_v1(&signer, "did:web:qg-server", "invoke", "/v1/answer", &serde_json::json!({"bodySha256": body_sha}), "2026-11-30T12:00:00Z");
-    println!("{}", serde_json::json!({"secret_hex": hex::encode([7u8; 32]), "did_key": signer.did_key(), "path": "/v1/answer",
-        "body_utf8": body, "body_sha256": body_sha, "header": env.to_header_json()}));
+    let env = Envelope::mint_v1(
+        &signer,
+        "did:web:qg-server",
+        "invoke",
+        "/v1/answer",
+        &serde_json::json!({"bodySha256": body_sha}),
+        "2026-11-30T12:00:00Z",
+    );
+    println!(
+        "{}",
+        serde_json::json!({"secret_hex": hex::encode([7u8; 32]), "did_key": signer.did_key(), "path": "/v1/answer",
+        "body_utf8": body, "body_sha256": body_sha, "header": env.to_header_json()})
+    );
 }
 
 #[test]
 fn the_rust_minted_v1_vector_is_reproducible() {
     let v = &vectors()["v1_rust"];
-    let signer = Signer::from_secret(hex::decode(v["secret_hex"].as_str().unwrap()).unwrap().try_into().unwrap());
-    let env = Envelope::mint_v1(&signer, "did:web:qg-server", "invoke", "/v1/answer",
-        &serde_json::json!({"bodySha256": v["body_sha256"]}), "2026-11-30T12:00:00Z");
+    let signer =
+        Signer::from_secret(hex::decode(v["secret_hex"].as_str().unwrap()).unwrap().try_into().unwrap());
+    let env = Envelope::mint_v1(
+        &signer,
+        "did:web:qg-server",
+        "invoke",
+        "/v1/answer",
+        &serde_json::json!({"bodySha256": v["body_sha256"]}),
+        "2026-11-30T12:00:00Z",
+    );
     assert_eq!(env.to_header_json(), v["header"].as_str().unwrap());
 }

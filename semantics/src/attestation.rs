@@ -60,7 +60,13 @@ pub fn merkle_root(event_hash: &str) -> String {
 }
 
 /// The text an attestation signs.
-pub fn signing_payload(issuer: &str, subject: &str, event_hash: &str, merkle_root: &str, created_at: &str) -> String {
+pub fn signing_payload(
+    issuer: &str,
+    subject: &str,
+    event_hash: &str,
+    merkle_root: &str,
+    created_at: &str,
+) -> String {
     [
         ATTESTATION_DOMAIN.to_string(),
         format!("issuer:{issuer}"),
@@ -98,7 +104,8 @@ pub fn attest(signer: &Signer, subject: &str, event_json: &str, created_at: Date
 pub fn verify_attestation(attestation: &Attestation, event_json: &str) -> bool {
     // The issuer must be the key that signs: a verification method of another DID proves nothing.
     let method_did = attestation.verification_method.split('#').next().unwrap_or_default();
-    method_did == attestation.issuer && verify_attestation_with_key(attestation, event_json, &attestation.issuer)
+    method_did == attestation.issuer
+        && verify_attestation_with_key(attestation, event_json, &attestation.issuer)
 }
 
 /// As [`verify_attestation`], but against a key given by the verifier (a did:key or one of its
@@ -112,7 +119,8 @@ pub fn verify_attestation_with_key(attestation: &Attestation, event_json: &str, 
         return false;
     }
     let payload = signing_payload(&a.issuer, &a.subject, &a.event_hash, &a.merkle_root, &a.created_at);
-    a.signed_payload_sha256 == sha256_hex(payload.as_bytes()) && verify_signature(key, payload.as_bytes(), &a.signature)
+    a.signed_payload_sha256 == sha256_hex(payload.as_bytes())
+        && verify_signature(key, payload.as_bytes(), &a.signature)
 }
 
 #[cfg(test)]
@@ -176,7 +184,9 @@ mod tests {
                 2 => t.issuer = Signer::from_seed_bytes(b"x").did_key(),
                 3 => t.merkle_root = merkle_root("00"),
                 4 => t.signature_type = "QueryGraphEd25519Signature".into(),
-                _ => t.signature.replace_range(10..12, if &a.signature[10..12] == "00" { "11" } else { "00" }),
+                _ => {
+                    t.signature.replace_range(10..12, if &a.signature[10..12] == "00" { "11" } else { "00" })
+                }
             }
             tampered.push(t);
         }

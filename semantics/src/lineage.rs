@@ -52,11 +52,13 @@ pub const DEFAULT_INPUT_NAMESPACE: &str = "querylayer";
 /// The run facet naming the signed envelope of the run.
 pub const TYPEDID_FACET: &str = "queryLayer_typeDid";
 /// Its schema URL.
-pub const TYPEDID_FACET_SCHEMA: &str = "https://querylayer.dev/schemas/openlineage/typedid-run-facet/1-0-0.json";
+pub const TYPEDID_FACET_SCHEMA: &str =
+    "https://querylayer.dev/schemas/openlineage/typedid-run-facet/1-0-0.json";
 /// The run facet recording who asked and which sources were denied.
 pub const GOVERNANCE_FACET: &str = "queryLayer_governance";
 /// Its schema URL.
-pub const GOVERNANCE_FACET_SCHEMA: &str = "https://querylayer.dev/schemas/openlineage/governance-run-facet/1-0-0.json";
+pub const GOVERNANCE_FACET_SCHEMA: &str =
+    "https://querylayer.dev/schemas/openlineage/governance-run-facet/1-0-0.json";
 /// The reference's name for the run-id namespace.
 pub const RUN_NAMESPACE_URL: &str = "https://querygraph.ai/openlineage";
 
@@ -79,7 +81,8 @@ pub fn event_hash(event_json: &str) -> String {
 pub fn source_namespace(source: &str) -> &str {
     match source.split_once('.') {
         Some((catalog, _))
-            if !catalog.is_empty() && catalog.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
+            if !catalog.is_empty()
+                && catalog.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
         {
             catalog
         }
@@ -257,7 +260,8 @@ pub(crate) mod tests {
 
     /// Validates an event against the vendored official schema's `#/$defs/RunEvent`, with formats.
     pub(crate) fn assert_valid_run_event(event: &Value) {
-        let mut schema: Value = serde_json::from_str(include_str!("../testdata/openlineage-2-0-2.json")).unwrap();
+        let mut schema: Value =
+            serde_json::from_str(include_str!("../testdata/openlineage-2-0-2.json")).unwrap();
         let root = schema.as_object_mut().unwrap();
         root.remove("oneOf");
         root.insert("$ref".into(), Value::String("#/$defs/RunEvent".into()));
@@ -312,7 +316,8 @@ pub(crate) mod tests {
         let mut bad = serde_json::to_value(&e).unwrap();
         bad["run"]["runId"] = Value::String("not-a-uuid".into());
         bad["eventType"] = Value::String("DONE".into());
-        let mut schema: Value = serde_json::from_str(include_str!("../testdata/openlineage-2-0-2.json")).unwrap();
+        let mut schema: Value =
+            serde_json::from_str(include_str!("../testdata/openlineage-2-0-2.json")).unwrap();
         schema.as_object_mut().unwrap().remove("oneOf");
         schema["$ref"] = Value::String("#/$defs/RunEvent".into());
         let validator = jsonschema::options().should_validate_formats(true).build(&schema).unwrap();
@@ -329,9 +334,15 @@ pub(crate) mod tests {
         assert_eq!(e.inputs.len(), 2);
         assert_eq!(
             e.inputs[0],
-            DatasetRef { namespace: "sail".into(), name: "sail.qg_lakehouse.government_finance__countydata".into() }
+            DatasetRef {
+                namespace: "sail".into(),
+                name: "sail.qg_lakehouse.government_finance__countydata".into()
+            }
         );
-        assert_eq!(e.run.facets.governance.denied_sources, ["sail.qg_lakehouse.haalsi_baseline__restricted_raw"]);
+        assert_eq!(
+            e.run.facets.governance.denied_sources,
+            ["sail.qg_lakehouse.haalsi_baseline__restricted_raw"]
+        );
         assert_eq!(e.hash(), event_hash(&text));
         assert_eq!(e.hash().len(), 64);
         // Reading the text back gives the same event and the same bytes.

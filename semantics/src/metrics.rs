@@ -63,7 +63,9 @@ impl fmt::Display for MetricError {
             MetricError::UnknownMetric { metric, known } => {
                 write!(f, "no metric {metric:?}; known: {}", known.join(", "))
             }
-            MetricError::NoExpression { metric } => write!(f, "metric {metric:?} has no expression in any dialect"),
+            MetricError::NoExpression { metric } => {
+                write!(f, "metric {metric:?} has no expression in any dialect")
+            }
         }
     }
 }
@@ -82,7 +84,11 @@ pub fn expression_for<'a>(expr: &'a Expression, dialect: &str) -> Option<(&'a Di
 }
 
 /// Resolves the metric called `name` (exactly, else ASCII case-insensitively) for `dialect`.
-pub fn resolve_metric(model: &OsiDocument, name: &str, dialect: &str) -> Result<MetricResolution, MetricError> {
+pub fn resolve_metric(
+    model: &OsiDocument,
+    name: &str,
+    dialect: &str,
+) -> Result<MetricResolution, MetricError> {
     let metrics = &model.semantic_model.metrics;
     let mut candidates: Vec<_> = metrics.iter().filter(|m| m.name == name).collect();
     if candidates.is_empty() {
@@ -123,8 +129,8 @@ pub enum QuoteStyle {
 /// The quoting `dialect` uses (see the module table).
 pub fn quote_style(dialect: &str) -> QuoteStyle {
     match dialect.trim().to_ascii_uppercase().as_str() {
-        "SAIL_SQL" | "SAIL" | "SPARK" | "SPARK_SQL" | "SPARKSQL" | "DATABRICKS" | "HIVE" | "HIVEQL" | "BIGQUERY"
-        | "MYSQL" | "MARIADB" => QuoteStyle::Backtick,
+        "SAIL_SQL" | "SAIL" | "SPARK" | "SPARK_SQL" | "SPARKSQL" | "DATABRICKS" | "HIVE" | "HIVEQL"
+        | "BIGQUERY" | "MYSQL" | "MARIADB" => QuoteStyle::Backtick,
         "TSQL" | "T_SQL" | "MSSQL" | "SQLSERVER" | "SQL_SERVER" | "MDX" | "TABLEAU" => QuoteStyle::Bracket,
         _ => QuoteStyle::DoubleQuote,
     }
@@ -173,9 +179,15 @@ mod tests {
             ("ANSI_SQL", Fallback::AnsiSql, "DATABRICKS")
         );
         let r = resolve_metric(&m, "mdx_only", "SAIL_SQL").unwrap();
-        assert_eq!((r.dialect.as_str(), r.fallback, r.expression.as_str()), ("MDX", Fallback::Any, "[Measures].[X]"));
+        assert_eq!(
+            (r.dialect.as_str(), r.fallback, r.expression.as_str()),
+            ("MDX", Fallback::Any, "[Measures].[X]")
+        );
         let r = resolve_metric(&m, "dup", "SAIL_SQL").unwrap();
-        assert_eq!(r.expression, "second", "an ANSI expression beats a first-listed one among same-named metrics");
+        assert_eq!(
+            r.expression, "second",
+            "an ANSI expression beats a first-listed one among same-named metrics"
+        );
         assert_eq!(
             resolve_metric(&m, "empty", "SAIL_SQL").unwrap_err(),
             MetricError::NoExpression { metric: "empty".into() }

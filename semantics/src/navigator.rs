@@ -83,7 +83,11 @@ pub struct NavigatorAnswer {
 impl NavigatorAnswer {
     /// The same answer with text written by an LLM from [`NavigatorAnswer::prompt`]; matches,
     /// plans, receipts and denials are untouched.
-    pub fn with_llm_answer(mut self, text: impl Into<String>, synthesized_by: impl Into<String>) -> NavigatorAnswer {
+    pub fn with_llm_answer(
+        mut self,
+        text: impl Into<String>,
+        synthesized_by: impl Into<String>,
+    ) -> NavigatorAnswer {
         self.answer = text.into();
         self.synthesized_by = synthesized_by.into();
         self
@@ -155,8 +159,12 @@ pub fn plan_governed(
     let mut denied = Vec::new();
     let mut allowed_sources: Vec<String> = Vec::new();
     let gate = |source: &str, receipts: &mut Vec<Receipt>, denied: &mut Vec<String>| -> bool {
-        let request =
-            AccessRequest { principal: req.principal, resource: source, action: Action::Read, purpose: req.purpose };
+        let request = AccessRequest {
+            principal: req.principal,
+            resource: source,
+            action: Action::Read,
+            purpose: req.purpose,
+        };
         let decision = decide(rights, &request, now);
         receipts.push(decision.receipt);
         if !decision.allowed {
@@ -173,11 +181,15 @@ pub fn plan_governed(
         let columns: Vec<String> = d
             .fields
             .iter()
-            .filter(|f| matched_fields.is_empty() || matched_fields.contains(&(d.name.as_str(), f.name.as_str())))
-            .map(|f| match f.expression.as_ref().and_then(|e| expression_for(e, req.dialect)) {
-                // A field takes its own dialect or ANSI text; another dialect's text would not run.
-                Some((x, Fallback::Requested | Fallback::AnsiSql)) => x.expression.clone(),
-                _ => quote_identifier(&f.name, req.dialect),
+            .filter(|f| {
+                matched_fields.is_empty() || matched_fields.contains(&(d.name.as_str(), f.name.as_str()))
+            })
+            .map(|f| {
+                match f.expression.as_ref().and_then(|e| expression_for(e, req.dialect)) {
+                    // A field takes its own dialect or ANSI text; another dialect's text would not run.
+                    Some((x, Fallback::Requested | Fallback::AnsiSql)) => x.expression.clone(),
+                    _ => quote_identifier(&f.name, req.dialect),
+                }
             })
             .collect();
         let select = if columns.is_empty() { "*".to_string() } else { columns.join(", ") };
@@ -199,7 +211,8 @@ pub fn plan_governed(
     }
 
     for name in matched_metrics {
-        let (Ok(r), Some(source)) = (resolve_metric(model, name, req.dialect), allowed_sources.first()) else {
+        let (Ok(r), Some(source)) = (resolve_metric(model, name, req.dialect), allowed_sources.first())
+        else {
             continue;
         };
         plans.push(Plan {
@@ -248,7 +261,8 @@ pub fn build_prompt(
         String::new(),
         format!("Semantic model: {}", m.name),
     ];
-    if let Some(instructions) = m.ai_context.as_ref().and_then(|c| c.instructions.as_deref()).filter(|s| !s.is_empty())
+    if let Some(instructions) =
+        m.ai_context.as_ref().and_then(|c| c.instructions.as_deref()).filter(|s| !s.is_empty())
     {
         lines.push(format!("Instructions: {instructions}"));
     }
@@ -267,7 +281,11 @@ pub fn build_prompt(
         let names: Vec<&str> = denied
             .iter()
             .map(|source| {
-                m.datasets.iter().find(|d| &d.source == source).map(|d| d.name.as_str()).unwrap_or("an unnamed restricted dataset")
+                m.datasets
+                    .iter()
+                    .find(|d| &d.source == source)
+                    .map(|d| d.name.as_str())
+                    .unwrap_or("an unnamed restricted dataset")
             })
             .collect();
         lines.push(format!("Denied datasets (policy receipts issued; do NOT use): {}", names.join(", ")));
@@ -456,13 +474,19 @@ mod tests {
     }
 
     fn ask(question: &str) -> NavigatorAnswer {
-        let req = NavigatorRequest { question, principal: demo::PRINCIPAL, purpose: None, dialect: DEFAULT_DIALECT };
+        let req = NavigatorRequest {
+            question,
+            principal: demo::PRINCIPAL,
+            purpose: None,
+            dialect: DEFAULT_DIALECT,
+        };
         answer_question(&demo::model(), &demo::rights(), &req, now())
     }
 
     #[test]
     fn the_demo_question_reproduces_the_reference_run() {
-        let reference: Value = serde_json::from_str(include_str!("../testdata/reference_demo_answer.json")).unwrap();
+        let reference: Value =
+            serde_json::from_str(include_str!("../testdata/reference_demo_answer.json")).unwrap();
         let ours = ask(demo::QUESTION);
         let got = serde_json::to_value(&ours).unwrap();
         for key in ["question", "answer", "synthesized_by", "matches", "plans", "denied_sources"] {
@@ -501,14 +525,17 @@ mod tests {
                 "SELECT SUM(total_revenue - mandated_spend) FROM sail.qg_lakehouse.government_finance__countydata",
             ]
         );
-        assert!(ours.prompt.ends_with("Denied datasets (policy receipts issued; do NOT use): restricted_health"));
+        assert!(ours
+            .prompt
+            .ends_with("Denied datasets (policy receipts issued; do NOT use): restricted_health"));
         // The restricted source's location never reaches the model: it is named by its dataset.
         assert!(!ours.prompt.contains("haalsi_baseline__restricted_raw"));
     }
 
     #[test]
     fn every_reference_loop_case_gives_the_same_matches_plans_decisions_text_and_prompt() {
-        let cases: Value = serde_json::from_str(include_str!("../testdata/reference_loop_cases.json")).unwrap();
+        let cases: Value =
+            serde_json::from_str(include_str!("../testdata/reference_loop_cases.json")).unwrap();
         for case in cases.as_array().unwrap() {
             let q = case["question"].as_str().unwrap();
             let ours = ask(q);
@@ -524,8 +551,13 @@ mod tests {
                 reference.split("\nDenied ").next().unwrap(),
             );
             assert_eq!(ours_head, theirs_head, "prompt for {q:?}");
-            assert_eq!(ours.prompt.contains("\nDenied datasets"), reference.contains("\nDenied sources"), "{q:?}");
-            let decisions: Vec<Value> = ours.receipts.iter().map(|r| json!([r.resource, r.allowed])).collect();
+            assert_eq!(
+                ours.prompt.contains("\nDenied datasets"),
+                reference.contains("\nDenied sources"),
+                "{q:?}"
+            );
+            let decisions: Vec<Value> =
+                ours.receipts.iter().map(|r| json!([r.resource, r.allowed])).collect();
             let expected: Vec<Value> =
                 case["receipts"].as_array().unwrap().iter().map(|r| json!([r[0], r[1]])).collect();
             assert_eq!(decisions, expected, "receipts for {q:?}");
@@ -550,7 +582,10 @@ mod tests {
             dialect: "SNOWFLAKE",
         };
         let a = answer_question(&demo::model(), &demo::rights(), &req, now());
-        assert_eq!(a.plans[0].sql, "SELECT \"total_revenue\" FROM sail.qg_lakehouse.government_finance__countydata");
+        assert_eq!(
+            a.plans[0].sql,
+            "SELECT \"total_revenue\" FROM sail.qg_lakehouse.government_finance__countydata"
+        );
         assert_eq!(
             a.plans[1].sql,
             "SELECT SUM(total_revenue - mandated_spend) FROM sail.qg_lakehouse.government_finance__countydata"

@@ -382,7 +382,10 @@ impl Validator {
                 }
                 1 => self.model(&items[0], "semantic_model[0]"),
                 n => {
-                    self.err("semantic_model", format!("holds {n} models; multi-model documents are not supported"));
+                    self.err(
+                        "semantic_model",
+                        format!("holds {n} models; multi-model documents are not supported"),
+                    );
                     None
                 }
             },
@@ -395,7 +398,9 @@ impl Validator {
         let p = join(path, "ai_context");
         match m.get("ai_context") {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(AiContext { instructions: Some(s.clone()), ..AiContext::default() }),
+            Some(Value::String(s)) => {
+                Some(AiContext { instructions: Some(s.clone()), ..AiContext::default() })
+            }
             Some(Value::Object(c)) => Some(AiContext {
                 instructions: self.optional_str(c, "instructions", &p),
                 synonyms: self.string_list(c, "synonyms", &p),
@@ -561,12 +566,16 @@ impl Validator {
                     for (j, c) in cols.iter().enumerate() {
                         match c {
                             Value::String(s) => primary_key.push(s.clone()),
-                            other => self
-                                .err(&index(&index(&pp, i), j), format!("must be a string, not {}", type_name(other))),
+                            other => self.err(
+                                &index(&index(&pp, i), j),
+                                format!("must be a string, not {}", type_name(other)),
+                            ),
                         }
                     }
                 }
-                other => self.err(&index(&pp, i), format!("must be a string or a list, not {}", type_name(other))),
+                other => {
+                    self.err(&index(&pp, i), format!("must be a string or a list, not {}", type_name(other)))
+                }
             }
         }
         let up = join(path, "unique_keys");
@@ -579,8 +588,10 @@ impl Validator {
                     for (j, c) in cols.iter().enumerate() {
                         match c {
                             Value::String(s) => key.push(s.clone()),
-                            other => self
-                                .err(&index(&index(&up, i), j), format!("must be a string, not {}", type_name(other))),
+                            other => self.err(
+                                &index(&index(&up, i), j),
+                                format!("must be a string, not {}", type_name(other)),
+                            ),
                         }
                     }
                     unique_keys.push(key);
@@ -634,8 +645,9 @@ impl Validator {
             None | Some(Value::Null) => None,
             Some(d) => {
                 let dpath = join(path, "dimension");
-                self.object(d, &dpath)
-                    .map(|dm| Dimension { is_time: self.optional_bool(dm, "is_time", &dpath).unwrap_or(false) })
+                self.object(d, &dpath).map(|dm| Dimension {
+                    is_time: self.optional_bool(dm, "is_time", &dpath).unwrap_or(false),
+                })
             }
         };
         let is_time_dimension = flag.unwrap_or(false) || dimension.as_ref().is_some_and(|d| d.is_time);
@@ -710,8 +722,10 @@ mod tests {
     #[test]
     fn object_and_one_item_list_are_the_same_model() {
         let a = parse_value(&minimal()).unwrap();
-        let b = parse_value(&json!({"semantic_model": [{"name": "m", "datasets": [{"name": "d", "source": "s"}]}]}))
-            .unwrap();
+        let b = parse_value(
+            &json!({"semantic_model": [{"name": "m", "datasets": [{"name": "d", "source": "s"}]}]}),
+        )
+        .unwrap();
         assert_eq!(a, b);
         assert_eq!(
             a.to_normalized_json(),
@@ -767,7 +781,11 @@ mod tests {
         let doc = parse_value(&json!({"semantic_model": {"name": "m", "ai_context": {"instructions": "x", "synonyms": ["a"], "examples": ["e"], "other": 1}}})).unwrap();
         assert_eq!(
             doc.semantic_model.ai_context.unwrap(),
-            AiContext { instructions: Some("x".into()), synonyms: vec!["a".into()], examples: vec!["e".into()] }
+            AiContext {
+                instructions: Some("x".into()),
+                synonyms: vec!["a".into()],
+                examples: vec!["e".into()]
+            }
         );
         assert_eq!(
             errors(json!({"semantic_model": {"name": "m", "ai_context": [1]}})),
@@ -829,14 +847,22 @@ mod tests {
         assert_eq!(m.metrics.len(), 5);
         assert_eq!(m.custom_extensions.len(), 2);
         assert_eq!(m.datasets[0].primary_key, ["ss_item_sk", "ss_ticket_number"]);
-        assert!(m.ai_context.as_ref().unwrap().instructions.as_deref().unwrap().starts_with("Use this semantic model"));
+        assert!(m
+            .ai_context
+            .as_ref()
+            .unwrap()
+            .instructions
+            .as_deref()
+            .unwrap()
+            .starts_with("Use this semantic model"));
         assert_eq!(parse_value(&doc.to_normalized_json()).unwrap(), doc);
     }
 
     #[test]
     fn the_demo_model_parses_to_the_reference_shape() {
         let doc = parse_document(include_str!("../demo/resilience_desk.yaml")).unwrap();
-        let reference: Value = serde_json::from_str(include_str!("../testdata/reference_demo_model.json")).unwrap();
+        let reference: Value =
+            serde_json::from_str(include_str!("../testdata/reference_demo_model.json")).unwrap();
         assert_eq!(doc.to_normalized_json(), reference);
     }
 }

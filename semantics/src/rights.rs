@@ -67,7 +67,7 @@
 //!   then any permission allows; with no applicable permission ODRL denies.
 
 use chrono::{DateTime, Utc};
-use serde::{Serialize, Serializer, Deserialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 /// The exact reason of an allowed receipt (the reference's wording).
@@ -119,8 +119,14 @@ const ACTIONS: [(Action, &str); 17] = [
 ];
 
 /// Prefixes under which action and operand names are written; stripped case-insensitively.
-const NAME_PREFIXES: [&str; 6] =
-    ["http://www.w3.org/ns/odrl/2/", "https://www.w3.org/ns/odrl/2/", "odrl:", "querygraph:", "querylayer:", "ql:"];
+const NAME_PREFIXES: [&str; 6] = [
+    "http://www.w3.org/ns/odrl/2/",
+    "https://www.w3.org/ns/odrl/2/",
+    "odrl:",
+    "querygraph:",
+    "querylayer:",
+    "ql:",
+];
 
 fn strip_prefix(text: &str) -> String {
     let lower = text.trim().to_ascii_lowercase();
@@ -233,7 +239,9 @@ enum Truth {
 
 impl Constraint {
     fn evaluate(&self, purpose: Option<&str>) -> Truth {
-        let Some(p) = purpose else { return Truth::Unknown };
+        let Some(p) = purpose else {
+            return Truth::Unknown;
+        };
         let listed = self.right_operand.iter().any(|v| v == p);
         let met = match self.operator {
             Operator::Eq | Operator::IsAnyOf => listed,
@@ -369,16 +377,20 @@ impl RightsDocument {
     pub fn parse(text: &str) -> RightsDocument {
         match serde_json::from_str::<Value>(text) {
             Ok(v) => RightsDocument::from_value(&v),
-            Err(e) => {
-                RightsDocument { problems: vec![format!("<document>: not valid JSON: {e}")], ..Default::default() }
-            }
+            Err(e) => RightsDocument {
+                problems: vec![format!("<document>: not valid JSON: {e}")],
+                ..Default::default()
+            },
         }
     }
 
     /// Reads a rights document from a JSON value.
     pub fn from_value(value: &Value) -> RightsDocument {
         let Value::Object(m) = value else {
-            return RightsDocument { problems: vec!["<document>: must be a JSON object".into()], ..Default::default() };
+            return RightsDocument {
+                problems: vec!["<document>: must be a JSON object".into()],
+                ..Default::default()
+            };
         };
         let mut doc = RightsDocument::default();
         match m.get("rbac") {
@@ -387,18 +399,25 @@ impl RightsDocument {
         }
         let policy_values: Vec<(String, &Value)> = if let Some(o) = m.get("odrl").filter(|v| !v.is_null()) {
             match o {
-                Value::Array(items) => items.iter().enumerate().map(|(i, v)| (format!("odrl[{i}]"), v)).collect(),
+                Value::Array(items) => {
+                    items.iter().enumerate().map(|(i, v)| (format!("odrl[{i}]"), v)).collect()
+                }
                 other => vec![("odrl".to_string(), other)],
             }
         } else if let Some(p) = m.get("policies").filter(|v| !v.is_null()) {
             match p {
-                Value::Array(items) => items.iter().enumerate().map(|(i, v)| (format!("policies[{i}]"), v)).collect(),
+                Value::Array(items) => {
+                    items.iter().enumerate().map(|(i, v)| (format!("policies[{i}]"), v)).collect()
+                }
                 _ => {
                     doc.problems.push("policies: must be a list".into());
                     Vec::new()
                 }
             }
-        } else if ["permission", "prohibition", "permissions", "prohibitions"].iter().any(|k| get(m, k).is_some()) {
+        } else if ["permission", "prohibition", "permissions", "prohibitions"]
+            .iter()
+            .any(|k| get(m, k).is_some())
+        {
             vec![(String::new(), value)]
         } else {
             Vec::new()
@@ -437,9 +456,10 @@ fn ident(v: &Value) -> Option<String> {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
         Value::Bool(b) => Some(b.to_string()),
-        Value::Object(o) => {
-            ["@id", "uid", "id", "@value", "rdf:value", "value"].iter().find_map(|k| o.get(*k)).and_then(ident)
-        }
+        Value::Object(o) => ["@id", "uid", "id", "@value", "rdf:value", "value"]
+            .iter()
+            .find_map(|k| o.get(*k))
+            .and_then(ident),
         _ => None,
     }
 }
@@ -484,8 +504,10 @@ fn read_actions(v: &Value, path: &str, problems: &mut Vec<String>) -> Vec<Action
         match ident(item) {
             Some(name) => match Action::parse(&name) {
                 Some(a) => out.push(a),
-                None => problems
-                    .push(format!("{path}: unknown action {name:?}; known: {}", Action::known_names().join(", "))),
+                None => problems.push(format!(
+                    "{path}: unknown action {name:?}; known: {}",
+                    Action::known_names().join(", ")
+                )),
             },
             None => problems.push(format!("{path}: cannot read an action from {item}")),
         }
@@ -530,7 +552,8 @@ fn read_rbac(v: &Value) -> Rbac {
                 rs.iter().filter_map(Value::as_str).map(str::to_string).collect()
             }
             _ => {
-                rbac.problems.push(format!("{path}.role: required (a string, or `roles` as a list of strings)"));
+                rbac.problems
+                    .push(format!("{path}.role: required (a string, or `roles` as a list of strings)"));
                 continue;
             }
         };
@@ -718,11 +741,18 @@ fn read_policy(v: &Value, path: &str) -> Policy {
         prohibitions: Vec::new(),
         problems: Vec::new(),
     };
-    let at = |key: &str| if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+    let at = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
     let Value::Object(o) = v else {
-        policy
-            .problems
-            .push(format!("{}: a policy must be an object", if path.is_empty() { "<document>" } else { path }));
+        policy.problems.push(format!(
+            "{}: a policy must be an object",
+            if path.is_empty() { "<document>" } else { path }
+        ));
         return policy;
     };
     let mut problems = Vec::new();
@@ -743,14 +773,19 @@ fn read_policy(v: &Value, path: &str) -> Policy {
             Some("perm") => policy.conflict = ConflictStrategy::Perm,
             Some("prohibit") => policy.conflict = ConflictStrategy::Prohibit,
             Some("invalid") => policy.conflict = ConflictStrategy::Invalid,
-            _ => problems
-                .push(format!("{}: unknown conflict strategy {c}; known: perm, prohibit, invalid", at("conflict"))),
+            _ => problems.push(format!(
+                "{}: unknown conflict strategy {c}; known: perm, prohibit, invalid",
+                at("conflict")
+            )),
         }
     }
     for (key, what) in [
         ("obligation", "obligations are not supported"),
         ("inheritFrom", "policy inheritance is not supported"),
-        ("profile", "ODRL profiles are not supported, and a policy under an unknown profile must not be processed"),
+        (
+            "profile",
+            "ODRL profiles are not supported, and a policy under an unknown profile must not be processed",
+        ),
     ] {
         if get(o, key).is_some() {
             problems.push(format!("{}: {what}", at(key)));
@@ -760,16 +795,24 @@ fn read_policy(v: &Value, path: &str) -> Policy {
         (RuleKind::Permission, ["permission", "permissions"], "permission"),
         (RuleKind::Prohibition, ["prohibition", "prohibitions"], "prohibition"),
     ] {
-        let Some((rules, key)) = get_any(o, &names) else { continue };
+        let Some((rules, key)) = get_any(o, &names) else {
+            continue;
+        };
         let items: Vec<&Value> = match rules {
             Value::Array(items) => items.iter().collect(),
             other => vec![other],
         };
         for (i, r) in items.into_iter().enumerate() {
             let rpath = format!("{}[{i}]", at(&key));
-            if let Some(rule) =
-                read_rule(r, kind, format!("{label}[{i}]"), &rpath, &policy.targets, &assignees, &mut problems)
-            {
+            if let Some(rule) = read_rule(
+                r,
+                kind,
+                format!("{label}[{i}]"),
+                &rpath,
+                &policy.targets,
+                &assignees,
+                &mut problems,
+            ) {
                 match kind {
                     RuleKind::Permission => policy.permissions.push(rule),
                     RuleKind::Prohibition => policy.prohibitions.push(rule),
@@ -857,18 +900,29 @@ fn constraints_hold(rule: &Rule, req: &AccessRequest) -> (bool, Option<String>) 
         match (c.evaluate(req.purpose), rule.kind) {
             (Truth::Met, _) => {}
             (Truth::Unmet, _) => {
-                let note =
-                    format!("{} needs {} (purpose {:?})", rule.label, c.describe(), req.purpose.unwrap_or_default());
+                let note = format!(
+                    "{} needs {} (purpose {:?})",
+                    rule.label,
+                    c.describe(),
+                    req.purpose.unwrap_or_default()
+                );
                 return (false, Some(note));
             }
             (Truth::Unknown, RuleKind::Permission) => {
-                return (false, Some(format!("{} needs {} and no purpose was given", rule.label, c.describe())));
+                return (
+                    false,
+                    Some(format!("{} needs {} and no purpose was given", rule.label, c.describe())),
+                );
             }
             (Truth::Unknown, RuleKind::Prohibition) => {
                 // Without a purpose the prohibition cannot be shown not to apply: fail closed.
                 return (
                     true,
-                    Some(format!("{} applies unless {} is shown, and no purpose was given", rule.label, c.describe())),
+                    Some(format!(
+                        "{} applies unless {} is shown, and no purpose was given",
+                        rule.label,
+                        c.describe()
+                    )),
                 );
             }
         }
@@ -883,7 +937,10 @@ fn evaluate_policy(p: &Policy, index: usize, req: &AccessRequest) -> PolicyOutco
         targets.extend(p.permissions.iter().chain(&p.prohibitions).flat_map(|r| &r.targets));
         // With no readable target the policy might govern anything: it denies everything.
         if targets.is_empty() || targets.iter().any(|t| target_covers(t, req.resource)) {
-            return PolicyOutcome::Invalid(format!("policy {name} cannot be resolved: {}", p.problems.join("; ")));
+            return PolicyOutcome::Invalid(format!(
+                "policy {name} cannot be resolved: {}",
+                p.problems.join("; ")
+            ));
         }
         return PolicyOutcome::NotApplicable { note: None };
     }
@@ -909,7 +966,9 @@ fn evaluate_policy(p: &Policy, index: usize, req: &AccessRequest) -> PolicyOutco
     match (permits.is_empty(), prohibits.is_empty()) {
         (true, true) => PolicyOutcome::NotApplicable { note: note.map(|n| format!("policy {name}: {n}")) },
         (false, true) => PolicyOutcome::Permit(format!("policy {name} permits {action} ({})", permits[0])),
-        (true, false) => PolicyOutcome::Prohibit(format!("policy {name} prohibits {action} ({})", prohibits[0])),
+        (true, false) => {
+            PolicyOutcome::Prohibit(format!("policy {name} prohibits {action} ({})", prohibits[0]))
+        }
         (false, false) => {
             let both = format!("{} and {} both apply", permits[0], prohibits[0]);
             match p.conflict {
@@ -956,7 +1015,8 @@ fn odrl_decide(doc: &RightsDocument, req: &AccessRequest) -> (bool, String, Opti
     if let Some((r, id)) = permit {
         return (true, r, id.or(only));
     }
-    let mut reason = format!("no ODRL permission grants {} on {} to {}", req.action.iri(), req.resource, req.principal);
+    let mut reason =
+        format!("no ODRL permission grants {} on {} to {}", req.action.iri(), req.resource, req.principal);
     if !notes.is_empty() {
         reason.push_str(&format!(" ({})", notes.join("; ")));
     }
@@ -1060,7 +1120,9 @@ mod tests {
         let d = ask(&doc(conflicting(Some("odrl:prohibit"))), Action::Read, None);
         assert!(!d.allowed && d.rbac_allowed && !d.odrl_allowed);
         assert!(
-            d.receipt.reason.starts_with("RBAC or ODRL denied action: ODRL: policy urn:p prohibits odrl:read"),
+            d.receipt
+                .reason
+                .starts_with("RBAC or ODRL denied action: ODRL: policy urn:p prohibits odrl:read"),
             "{}",
             d.receipt.reason
         );
@@ -1083,11 +1145,13 @@ mod tests {
 
     #[test]
     fn use_includes_read_for_permissions_and_prohibitions() {
-        let perm_use = json!({"uid": "urn:p", "target": R, "permission": [{"action": "odrl:use", "assignee": P}]});
+        let perm_use =
+            json!({"uid": "urn:p", "target": R, "permission": [{"action": "odrl:use", "assignee": P}]});
         assert!(ask(&doc(perm_use.clone()), Action::Read, None).allowed);
         assert!(ask(&doc(perm_use), Action::Use, None).allowed);
         // Permitting read does not permit use.
-        let perm_read = json!({"uid": "urn:p", "target": R, "permission": [{"action": "read", "assignee": P}]});
+        let perm_read =
+            json!({"uid": "urn:p", "target": R, "permission": [{"action": "read", "assignee": P}]});
         assert!(ask(&doc(perm_read.clone()), Action::Read, None).allowed);
         assert!(!ask(&doc(perm_read), Action::Use, None).allowed);
         // Prohibiting use prohibits read (with conflict strategy perm the permission would win, so
@@ -1122,7 +1186,10 @@ mod tests {
         let unmet = ask(&d, Action::Read, Some("marketing"));
         assert!(!unmet.allowed);
         assert!(
-            unmet.receipt.reason.contains("permission[0] needs purpose eq \"research\" (purpose \"marketing\")"),
+            unmet
+                .receipt
+                .reason
+                .contains("permission[0] needs purpose eq \"research\" (purpose \"marketing\")"),
             "{}",
             unmet.receipt.reason
         );
@@ -1165,7 +1232,10 @@ mod tests {
                 json!({"uid": "urn:p", "target": R, "permission": [{"action": "read", "constraint": [{"leftOperand": "purpose", "operator": "lt", "rightOperand": "x"}]}]}),
                 "unknown operator \"lt\"",
             ),
-            (json!({"uid": "urn:p", "target": R, "permission": [{"action": "fly"}]}), "unknown action \"fly\""),
+            (
+                json!({"uid": "urn:p", "target": R, "permission": [{"action": "fly"}]}),
+                "unknown action \"fly\"",
+            ),
             (json!({"target": R, "permission": [{"action": "read"}]}), "uid: required"),
             (json!({"uid": "urn:p", "permission": [{"action": "read"}]}), "target: required"),
             (
@@ -1191,7 +1261,11 @@ mod tests {
             assert!(!rights.problems().is_empty());
             let d = ask(&rights, Action::Read, Some("research"));
             assert!(!d.allowed);
-            assert!(d.receipt.reason.starts_with("RBAC or ODRL denied action: ODRL:"), "{}", d.receipt.reason);
+            assert!(
+                d.receipt.reason.starts_with("RBAC or ODRL denied action: ODRL:"),
+                "{}",
+                d.receipt.reason
+            );
             assert!(d.receipt.reason.contains(why), "{why} not in {}", d.receipt.reason);
         }
         // An unresolvable policy on another target does not affect this one.
@@ -1225,7 +1299,12 @@ mod tests {
         ));
         let d = decide(
             &rights,
-            &AccessRequest { principal: "did:example:stranger", resource: R, action: Action::Read, purpose: None },
+            &AccessRequest {
+                principal: "did:example:stranger",
+                resource: R,
+                action: Action::Read,
+                purpose: None,
+            },
             at(),
         );
         assert!(!d.rbac_allowed && !d.odrl_allowed);

@@ -38,8 +38,8 @@ use serde::{Deserialize, Serialize};
 
 /// Words ignored when building terms.
 pub const STOPWORDS: [&str; 21] = [
-    "a", "an", "and", "are", "by", "do", "does", "for", "how", "in", "is", "of", "on", "or", "the", "to", "what",
-    "where", "which", "who", "why",
+    "a", "an", "and", "are", "by", "do", "does", "for", "how", "in", "is", "of", "on", "or", "the", "to",
+    "what", "where", "which", "who", "why",
 ];
 
 /// The longest run of words tried as one term.
@@ -124,8 +124,10 @@ fn kept_word(w: &str) -> bool {
 
 /// The terms of a question (see the module documentation), n-grams up to `max_ngram` words.
 pub fn question_terms(question: &str, max_ngram: usize) -> Vec<String> {
-    let kept: Vec<String> =
-        words(question).into_iter().filter(|w| w.chars().count() > 2 && !STOPWORDS.contains(&w.as_str())).collect();
+    let kept: Vec<String> = words(question)
+        .into_iter()
+        .filter(|w| w.chars().count() > 2 && !STOPWORDS.contains(&w.as_str()))
+        .collect();
     let mut terms = kept.clone();
     for n in 2..=max_ngram.min(MAX_NGRAM) {
         for window in kept.windows(n) {
@@ -159,7 +161,8 @@ impl<'a> Item<'a> {
         ai_context: Option<&AiContext>,
     ) -> Item<'a> {
         let raw_synonyms: &[String] = ai_context.map(|c| c.synonyms.as_slice()).unwrap_or_default();
-        let phrase_words = raw_synonyms.iter().map(|s| words(s).len()).chain([words(name).len()]).max().unwrap_or(1);
+        let phrase_words =
+            raw_synonyms.iter().map(|s| words(s).len()).chain([words(name).len()]).max().unwrap_or(1);
         Item {
             kind,
             name,
@@ -194,7 +197,13 @@ fn items(model: &OsiDocument) -> Vec<Item<'_>> {
     let m = &model.semantic_model;
     let mut out = Vec::new();
     for d in &m.datasets {
-        out.push(Item::new(MatchKind::Dataset, &d.name, None, d.description.as_deref(), d.ai_context.as_ref()));
+        out.push(Item::new(
+            MatchKind::Dataset,
+            &d.name,
+            None,
+            d.description.as_deref(),
+            d.ai_context.as_ref(),
+        ));
         for f in &d.fields {
             out.push(Item::new(
                 MatchKind::Field,
@@ -206,7 +215,13 @@ fn items(model: &OsiDocument) -> Vec<Item<'_>> {
         }
     }
     for x in &m.metrics {
-        out.push(Item::new(MatchKind::Metric, &x.name, None, x.description.as_deref(), x.ai_context.as_ref()));
+        out.push(Item::new(
+            MatchKind::Metric,
+            &x.name,
+            None,
+            x.description.as_deref(),
+            x.ai_context.as_ref(),
+        ));
     }
     out
 }

@@ -62,11 +62,22 @@ pub struct AnswerContext<'a> {
 }
 
 /// Signs `answer` with the server key at `now`.
-pub fn sign_answer(answer: NavigatorAnswer, ctx: &AnswerContext, server: &Signer, now: DateTime<Utc>) -> SignedAnswer {
+pub fn sign_answer(
+    answer: NavigatorAnswer,
+    ctx: &AnswerContext,
+    server: &Signer,
+    now: DateTime<Utc>,
+) -> SignedAnswer {
     let created_at = crate::format_timestamp(now);
     let resource = format!("model:{}", ctx.model_name);
-    let envelope =
-        Envelope::mint_v1(server, ctx.recipient, ANSWER_ACTION, &resource, &answer_payload(&answer), &created_at);
+    let envelope = Envelope::mint_v1(
+        server,
+        ctx.recipient,
+        ANSWER_ACTION,
+        &resource,
+        &answer_payload(&answer),
+        &created_at,
+    );
     let envelope_ref = EnvelopeRef::from(&envelope);
     let output = format!("querylayer:answer:{}", &envelope.payload_sha256[..16]);
     let event = complete_run_event(&RunSpec {
@@ -102,8 +113,11 @@ mod tests {
             dialect: DEFAULT_DIALECT,
         };
         let answer = answer_question(&demo::model(), &demo::rights(), &req, now);
-        let ctx =
-            AnswerContext { model_name: "resilience_desk", principal: demo::PRINCIPAL, recipient: demo::PRINCIPAL };
+        let ctx = AnswerContext {
+            model_name: "resilience_desk",
+            principal: demo::PRINCIPAL,
+            recipient: demo::PRINCIPAL,
+        };
         (sign_answer(answer, &ctx, &server, now), server)
     }
 
@@ -118,7 +132,11 @@ mod tests {
         // The run is named by the envelope signature; the output by its payload hash.
         assert_eq!(s.openlineage.run.run_id, run_id_for(&env.signature));
         assert_eq!(s.openlineage.outputs[0].name, format!("querylayer:answer:{}", &env.payload_sha256[..16]));
-        assert_eq!(s.openlineage.inputs.len(), 2, "countydata once, access once; the denied source is not an input");
+        assert_eq!(
+            s.openlineage.inputs.len(),
+            2,
+            "countydata once, access once; the denied source is not an input"
+        );
         assert_eq!(
             s.openlineage.run.facets.governance.denied_sources,
             ["sail.qg_lakehouse.haalsi_baseline__restricted_raw"]
@@ -152,6 +170,9 @@ mod tests {
         ] {
             assert!(v.get(key).is_some(), "{key}");
         }
-        assert_eq!(v["envelope"]["payload"]["deniedSources"][0], "sail.qg_lakehouse.haalsi_baseline__restricted_raw");
+        assert_eq!(
+            v["envelope"]["payload"]["deniedSources"][0],
+            "sail.qg_lakehouse.haalsi_baseline__restricted_raw"
+        );
     }
 }

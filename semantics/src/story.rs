@@ -225,8 +225,14 @@ pub fn run_qglake_story(
         "denials": responses.iter().filter(|r| r.status == "denied").map(|r| r.summary.clone()).collect::<Vec<_>>(),
         "evidenceHashes": evidence_hashes,
     });
-    let synthesis_envelope =
-        Envelope::mint_v1(server, &roster.synthesis.principal, "aggregate", &roster.output, &aggregate, &created_at);
+    let synthesis_envelope = Envelope::mint_v1(
+        server,
+        &roster.synthesis.principal,
+        "aggregate",
+        &roster.output,
+        &aggregate,
+        &created_at,
+    );
 
     let mut agents = vec![AgentView {
         name: roster.supervisor.name.clone(),
@@ -317,7 +323,8 @@ mod tests {
         // Without the stated purpose the ODRL permission does not apply: everyone is denied.
         let mut roster = demo::story_roster();
         roster.purpose = None;
-        let story = run_qglake_story(&roster, &demo::story_rights(), &server, Utc.timestamp_opt(0, 0).unwrap());
+        let story =
+            run_qglake_story(&roster, &demo::story_rights(), &server, Utc.timestamp_opt(0, 0).unwrap());
         assert!(story.responses.iter().all(|r| r.status == "denied"));
     }
 
@@ -340,7 +347,10 @@ mod tests {
             let inputs: Vec<&str> = r.openlineage.inputs.iter().map(|d| d.name.as_str()).collect();
             if r.status == "denied" {
                 assert!(inputs.is_empty());
-                assert_eq!(r.openlineage.run.facets.governance.denied_sources, std::slice::from_ref(&r.resource));
+                assert_eq!(
+                    r.openlineage.run.facets.governance.denied_sources,
+                    std::slice::from_ref(&r.resource)
+                );
             } else {
                 assert_eq!(inputs, [r.resource.as_str()]);
             }

@@ -45,11 +45,8 @@ async fn main() {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                       "params": {"name": args.tool, "arguments": arguments}})
     .to_string();
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency * 2)
-        .http1_only()
-        .build()
-        .unwrap();
+    let client =
+        reqwest::Client::builder().pool_max_idle_per_host(args.concurrency * 2).http1_only().build().unwrap();
 
     let start = Instant::now();
     let measure_from = start + Duration::from_secs(args.warmup);

@@ -100,9 +100,7 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ListContentParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<ContentList>, CallToolResult> {
-        let call = Call::new("list_content")
-            .opt("p_state", p.state)
-            .opt("p_limit", p.limit);
+        let call = Call::new("list_content").opt("p_state", p.state).opt("p_limit", p.limit);
         self.call::<Vec<ContentItem>>(&ctx, "querylayer_list_content", call)
             .await
             .map(|Json(items)| Json(ContentList { items }))

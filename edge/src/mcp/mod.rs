@@ -1,12 +1,22 @@
-//! The MCP surface: one rmcp server whose tools each make exactly one `querylayer_api` call as
-//! the authenticated connection. Tools live in one router per domain (site, content, runs,
-//! proposals), combined with `+`. The same server answers Streamable HTTP at `/mcp`
+//! The MCP surface: one rmcp server whose tools each make one `querylayer_api` call as the
+//! authenticated connection (the LLM variant of `answer_question` makes its calls in one
+//! transaction). Tools live in one router per domain — site, content, runs, proposals, console
+//! tasks, editorial planning, sources, evidence, forms, semantics — combined with `+`; the
+//! semantics plane adds two resources. The same server answers Streamable HTTP at `/mcp`
 //! (stateless: any instance answers any request) and stdio (`querylayer mcp-serve`).
 
+mod console_tasks;
 mod content;
+mod editorial;
+mod evidence;
+mod forms;
 mod proposals;
 mod runs;
+mod semantics;
 mod site;
+mod sources;
+
+pub use semantics::answer as semantics_answer;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,8 +26,9 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Json;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -41,11 +52,35 @@ pub const TOOL_SCOPES: &[(&str, &[&str])] = &[
     ("querylayer_record_artifact", &["runs:write"]),
     ("querylayer_finish_run", &["runs:write"]),
     ("querylayer_list_proposals", &["content:read"]),
-    (
-        "querylayer_create_proposal",
-        &["content:write", "topical-map:write", "publish:request"],
-    ),
+    ("querylayer_create_proposal", &["content:write", "topical-map:write", "publish:request"]),
     ("querylayer_request_publish_approval", &["publish:request"]),
+    // The Agent Console (docs/console.md).
+    ("querylayer_claim_console_task", &["runs:write"]),
+    ("querylayer_create_task_plan", &["runs:write"]),
+    ("querylayer_complete_console_task", &["runs:write"]),
+    // Editorial planning.
+    ("querylayer_list_topical_map", &["topical-map:read"]),
+    ("querylayer_list_topical_strategy_opportunities", &["topical-map:read"]),
+    ("querylayer_propose_topical_strategy_opportunities", &["topical-map:write"]),
+    ("querylayer_list_content_briefs", &["content:read"]),
+    ("querylayer_propose_content_brief_draft", &["content:write"]),
+    ("querylayer_stage_content_source_package", &["content:write"]),
+    ("querylayer_list_content_source_packages", &["content:read"]),
+    ("querylayer_list_content_source_records", &["content:read"]),
+    ("querylayer_propose_content_source_draft", &["content:write"]),
+    ("querylayer_record_claim_evidence", &["content:write"]),
+    ("querylayer_list_evidence", &["content:read"]),
+    ("querylayer_list_evidence_reverification", &["content:read"]),
+    ("querylayer_form_screening_metrics", &["site:read"]),
+    // QueryGraph's semantic surface (the plane of sql/140_semantics.sql).
+    ("search_semantic_model", &["content:read"]),
+    ("resolve_metric", &["content:read"]),
+    ("check_access", &["content:read"]),
+    ("build_navigator_bundle", &["content:read"]),
+    ("answer_question", &["content:read"]),
+    ("run_qglake_story", &["content:read"]),
+    ("import_semantic_model", &["content:write"]),
+    ("verify_envelope", &["site:read"]),
 ];
 
 /// The schema of "any JSON value": `{}`. (schemars writes `true` for `serde_json::Value`,
@@ -63,6 +98,23 @@ pub(crate) fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema 
 pub(crate) fn any_array(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "array" })
 }
+
+/// The MCP resources (QueryGraph's): each is read through one `querylayer_api` function, as the
+/// connection, under `content:read`.
+pub const RESOURCES: &[(&str, &str, &str, &str)] = &[
+    (
+        "qg://models/current",
+        "current_semantic_model",
+        "get_semantic_model",
+        "The site's current semantic model (OSI, normalized), with its version.",
+    ),
+    (
+        "qg://story/resilience-desk",
+        "resilience_desk_story",
+        "story_overview",
+        "The resilience-desk story: its roster and what its recorded runs decided (reading runs nothing).",
+    ),
+];
 
 fn visible(tool: &str, scopes: &[String]) -> bool {
     TOOL_SCOPES
@@ -85,16 +137,37 @@ pub struct QueryLayerMcp {
     db: Db,
     tools: Arc<ToolRouter<QueryLayerMcp>>,
     stdio_fingerprint: Option<Fingerprint>,
+    /// The optional LLM that writes answer text (`--llm-url`); governance is unchanged by it.
+    llm: Option<crate::llm::Llm>,
 }
 
 impl QueryLayerMcp {
     fn new(db: Db, stdio_fingerprint: Option<Fingerprint>) -> Self {
-        let tools = Self::site_router() + Self::content_router() + Self::runs_router() + Self::proposals_router();
-        QueryLayerMcp {
-            db,
-            tools: Arc::new(tools),
-            stdio_fingerprint,
-        }
+        let tools = Self::site_router()
+            + Self::content_router()
+            + Self::runs_router()
+            + Self::proposals_router()
+            + Self::console_tasks_router()
+            + Self::editorial_router()
+            + Self::sources_router()
+            + Self::evidence_router()
+            + Self::forms_router()
+            + Self::semantics_router();
+        QueryLayerMcp { db, tools: Arc::new(tools), stdio_fingerprint, llm: None }
+    }
+
+    /// Answers are written by this LLM (the database still governs and signs them).
+    pub fn with_llm(mut self, llm: Option<crate::llm::Llm>) -> Self {
+        self.llm = llm;
+        self
+    }
+
+    /// Every tool of this server (all scopes), as `tools/list` would show them: the one source
+    /// of the exported function-calling schemas (`querylayer tool-schemas`).
+    pub fn all_tools() -> Vec<rmcp::model::Tool> {
+        let db = Db::connect("postgres://nobody@127.0.0.1:1/none", 1, std::time::Duration::from_secs(1))
+            .expect("a pool can be described without connecting");
+        QueryLayerMcp::for_http(db).tools.list_all()
     }
 
     /// For HTTP: each request's principal comes from the auth middleware.
@@ -108,15 +181,11 @@ impl QueryLayerMcp {
     }
 
     fn principal(ctx: &RequestContext<RoleServer>) -> Option<&Principal> {
-        ctx.extensions
-            .get::<http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Principal>())
+        ctx.extensions.get::<http::request::Parts>().and_then(|parts| parts.extensions.get::<Principal>())
     }
 
     fn fingerprint(&self, ctx: &RequestContext<RoleServer>) -> Option<Fingerprint> {
-        Self::principal(ctx)
-            .map(|p| p.fingerprint.clone())
-            .or_else(|| self.stdio_fingerprint.clone())
+        Self::principal(ctx).map(|p| p.fingerprint.clone()).or_else(|| self.stdio_fingerprint.clone())
     }
 
     /// The scopes the connection holds now (HTTP: resolved by the middleware for this request;
@@ -139,6 +208,34 @@ impl QueryLayerMcp {
         }
     }
 
+    /// As `call`, for a tool whose work takes more than one governed call in its transaction.
+    async fn steps<T: DeserializeOwned>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        tool: &'static str,
+        steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<serde_json::Value, Error>,
+    ) -> Result<Json<T>, CallToolResult> {
+        let audit = ToolAudit { tool, started: Instant::now() };
+        let Some(fingerprint) = self.fingerprint(ctx) else {
+            return Err(Error::unauthenticated().into_tool_result());
+        };
+        let result = self.db.steps_as_connection(&fingerprint, &audit, steps).await.and_then(parse::<T>);
+        let duration_ms = audit.started.elapsed().as_millis() as u64;
+        match result {
+            Ok(value) => {
+                tracing::info!(tool, duration_ms, outcome = "ok", "tool call");
+                Ok(Json(value))
+            }
+            Err(error) => {
+                tracing::info!(tool, duration_ms, outcome = "error", code = error.code, "tool call");
+                if error.status.is_server_error() {
+                    error.log(tool);
+                }
+                Err(error.into_tool_result())
+            }
+        }
+    }
+
     /// The body of every tool: one `querylayer_api` call as the connection, audited, its JSON
     /// result read into the tool's output type; any refusal becomes a tool error.
     async fn call<T: DeserializeOwned>(
@@ -147,18 +244,11 @@ impl QueryLayerMcp {
         tool: &'static str,
         call: Call,
     ) -> Result<Json<T>, CallToolResult> {
-        let audit = ToolAudit {
-            tool,
-            started: Instant::now(),
-        };
+        let audit = ToolAudit { tool, started: Instant::now() };
         let Some(fingerprint) = self.fingerprint(ctx) else {
             return Err(Error::unauthenticated().into_tool_result());
         };
-        let result = self
-            .db
-            .call_as_connection(&fingerprint, &call, &audit)
-            .await
-            .and_then(parse::<T>);
+        let result = self.db.call_as_connection(&fingerprint, &call, &audit).await.and_then(parse::<T>);
         let connection_id = Self::principal(ctx).map(|p| p.context.connection_id.to_string());
         let duration_ms = audit.started.elapsed().as_millis() as u64;
         match result {
@@ -187,7 +277,7 @@ impl QueryLayerMcp {
 #[tool_handler(router = self.tools)]
 impl ServerHandler for QueryLayerMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().build())
             .with_server_info(Implementation::new("querylayer", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
@@ -199,15 +289,53 @@ impl ServerHandler for QueryLayerMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let scopes = self.scopes(&ctx).await?;
-        let tools = self
-            .tools
-            .list_all()
-            .into_iter()
-            .filter(|t| visible(&t.name, &scopes))
+        let tools = self.tools.list_all().into_iter().filter(|t| visible(&t.name, &scopes)).collect();
+        Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0).with_cache_scope(CacheScope::Private))
+    }
+
+    /// The resources, when the connection may read content.
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let scopes = self.scopes(&ctx).await?;
+        let readable = scopes.iter().any(|s| s == "content:read");
+        let resources = RESOURCES
+            .iter()
+            .filter(|_| readable)
+            .map(|(uri, name, _, description)| {
+                Resource::new(*uri, *name).with_description(*description).with_mime_type("application/json")
+            })
             .collect();
-        Ok(ListToolsResult::with_all_items(tools)
+        Ok(ListResourcesResult::with_all_items(resources)
             .with_ttl_ms(0)
             .with_cache_scope(CacheScope::Private))
+    }
+
+    /// Reads a resource as the connection (one call, audited like a tool call).
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let Some((uri, _, function, _)) = RESOURCES.iter().find(|(uri, ..)| *uri == request.uri) else {
+            return Err(McpError::resource_not_found(format!("unknown resource {}", request.uri), None));
+        };
+        let audit = ToolAudit { tool: "read_resource", started: Instant::now() };
+        let Some(fingerprint) = self.fingerprint(&ctx) else {
+            return Err(McpError::invalid_request("authentication failed", None));
+        };
+        match self.db.call_as_connection(&fingerprint, &Call::new(function), &audit).await {
+            Ok(value) => Ok(ReadResourceResult::new(vec![
+                ResourceContents::text(value.to_string(), *uri).with_mime_type("application/json")
+            ])
+            .into()),
+            Err(error) => {
+                error.log("read_resource");
+                Err(McpError::invalid_request(serde_json::json!({ "error": error.body() }).to_string(), None))
+            }
+        }
     }
 
     /// Dispatches to the tool; arguments that do not match its schema (unknown fields such as
@@ -217,15 +345,8 @@ impl ServerHandler for QueryLayerMcp {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let Some(tool) = TOOL_SCOPES
-            .iter()
-            .map(|(name, _)| *name)
-            .find(|name| *name == request.name)
-        else {
-            return Err(McpError::invalid_params(
-                format!("unknown tool: {}", request.name),
-                None,
-            ));
+        let Some(tool) = TOOL_SCOPES.iter().map(|(name, _)| *name).find(|name| *name == request.name) else {
+            return Err(McpError::invalid_params(format!("unknown tool: {}", request.name), None));
         };
         let started = Instant::now();
         let fingerprint = self.fingerprint(&ctx);
@@ -273,8 +394,11 @@ pub fn router(state: &AppState) -> Router<AppState> {
 /// The Streamable HTTP service for `/mcp`: stateless (no session ids; a 2025-11-25 client's
 /// initialize is answered and forgotten, a 2026-07-28 client needs none), JSON responses, and
 /// rmcp's own Host/Origin check configured with the same lists as the edge's.
-pub fn http_service(db: Db, config: &HttpConfig) -> StreamableHttpService<QueryLayerMcp, NeverSessionManager> {
-    let server = QueryLayerMcp::for_http(db);
+pub fn http_service(
+    db: Db,
+    config: &HttpConfig,
+) -> StreamableHttpService<QueryLayerMcp, NeverSessionManager> {
+    let server = QueryLayerMcp::for_http(db).with_llm(config.llm.clone());
     let mcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -293,25 +417,21 @@ pub fn http_service(db: Db, config: &HttpConfig) -> StreamableHttpService<QueryL
 mod tests {
     use super::*;
 
+    /// Tools that only read although their name does not say so.
+    const READ_ONLY_BY_NAME: &[&str] =
+        &["search_semantic_model", "resolve_metric", "verify_envelope", "querylayer_form_screening_metrics"];
+
     fn scopes(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
     }
 
     #[test]
     fn every_tool_has_a_scope_entry_and_every_entry_a_tool() {
-        let db = Db::connect(
-            "postgres://nobody@127.0.0.1:1/none",
-            1,
-            std::time::Duration::from_secs(1),
-        )
-        .unwrap();
+        let db =
+            Db::connect("postgres://nobody@127.0.0.1:1/none", 1, std::time::Duration::from_secs(1)).unwrap();
         let server = QueryLayerMcp::for_http(db);
-        let mut names: Vec<String> = server
-            .tools
-            .list_all()
-            .into_iter()
-            .map(|t| t.name.to_string())
-            .collect();
+        let mut names: Vec<String> =
+            server.tools.list_all().into_iter().map(|t| t.name.to_string()).collect();
         names.sort();
         let mut table: Vec<String> = TOOL_SCOPES.iter().map(|(n, _)| n.to_string()).collect();
         table.sort();
@@ -326,9 +446,8 @@ mod tests {
         )])
         .into();
         assert_eq!(argument_error(&bare).as_deref(), Some("unknown field `site`"));
-        let ours: CallToolResponse = Error::invalid_argument("failed to deserialize parameters: x")
-            .into_tool_result()
-            .into();
+        let ours: CallToolResponse =
+            Error::invalid_argument("failed to deserialize parameters: x").into_tool_result().into();
         assert_eq!(argument_error(&ours), None);
         let ok: CallToolResponse = CallToolResult::structured(serde_json::json!({"a": 1})).into();
         assert_eq!(argument_error(&ok), None);
@@ -337,17 +456,26 @@ mod tests {
     #[test]
     fn a_read_only_connection_sees_only_read_tools() {
         let read = scopes(&["content:read", "site:read"]);
-        let shown: Vec<&str> = TOOL_SCOPES
-            .iter()
-            .map(|(n, _)| *n)
-            .filter(|n| visible(n, &read))
-            .collect();
+        let shown: Vec<&str> = TOOL_SCOPES.iter().map(|(n, _)| *n).filter(|n| visible(n, &read)).collect();
         assert_eq!(
             shown,
             [
                 "querylayer_site_context",
                 "querylayer_list_content",
-                "querylayer_list_proposals"
+                "querylayer_list_proposals",
+                "querylayer_list_content_briefs",
+                "querylayer_list_content_source_packages",
+                "querylayer_list_content_source_records",
+                "querylayer_list_evidence",
+                "querylayer_list_evidence_reverification",
+                "querylayer_form_screening_metrics",
+                "search_semantic_model",
+                "resolve_metric",
+                "check_access",
+                "build_navigator_bundle",
+                "answer_question",
+                "run_qglake_story",
+                "verify_envelope"
             ]
         );
         assert!(!visible("querylayer_unknown", &read));
@@ -356,24 +484,13 @@ mod tests {
 
     #[test]
     fn every_tool_has_an_object_output_schema_and_honest_annotations() {
-        let db = Db::connect(
-            "postgres://nobody@127.0.0.1:1/none",
-            1,
-            std::time::Duration::from_secs(1),
-        )
-        .unwrap();
+        let db =
+            Db::connect("postgres://nobody@127.0.0.1:1/none", 1, std::time::Duration::from_secs(1)).unwrap();
         let server = QueryLayerMcp::for_http(db);
         for tool in server.tools.list_all() {
-            let output = tool
-                .output_schema
-                .as_ref()
-                .unwrap_or_else(|| panic!("{} lacks an output schema", tool.name));
-            assert_eq!(
-                output.get("type").and_then(|t| t.as_str()),
-                Some("object"),
-                "{}",
-                tool.name
-            );
+            let output =
+                tool.output_schema.as_ref().unwrap_or_else(|| panic!("{} lacks an output schema", tool.name));
+            assert_eq!(output.get("type").and_then(|t| t.as_str()), Some("object"), "{}", tool.name);
             let input = &tool.input_schema;
             assert_eq!(
                 input.get("additionalProperties"),
@@ -381,11 +498,10 @@ mod tests {
                 "{} accepts unknown arguments",
                 tool.name
             );
-            let a = tool
-                .annotations
-                .as_ref()
-                .unwrap_or_else(|| panic!("{} lacks annotations", tool.name));
-            let read_only = tool.name.contains("_list_") || tool.name.ends_with("_context");
+            let a = tool.annotations.as_ref().unwrap_or_else(|| panic!("{} lacks annotations", tool.name));
+            let read_only = tool.name.contains("_list_")
+                || tool.name.ends_with("_context")
+                || READ_ONLY_BY_NAME.contains(&tool.name.as_ref());
             assert_eq!(a.read_only_hint, Some(read_only), "{}", tool.name);
             assert_eq!(a.destructive_hint, Some(false), "{}", tool.name);
             assert_eq!(a.open_world_hint, Some(false), "{}", tool.name);
@@ -395,22 +511,14 @@ mod tests {
                 tool.name
             );
             let schemas = serde_json::json!([input.as_ref(), output.as_ref()]);
-            assert!(
-                !has_boolean_subschema(&schemas),
-                "{} has a boolean subschema: {schemas}",
-                tool.name
-            );
+            assert!(!has_boolean_subschema(&schemas), "{} has a boolean subschema: {schemas}", tool.name);
         }
     }
 
     #[test]
     fn only_what_the_sql_function_requires_is_required() {
-        let db = Db::connect(
-            "postgres://nobody@127.0.0.1:1/none",
-            1,
-            std::time::Duration::from_secs(1),
-        )
-        .unwrap();
+        let db =
+            Db::connect("postgres://nobody@127.0.0.1:1/none", 1, std::time::Duration::from_secs(1)).unwrap();
         let server = QueryLayerMcp::for_http(db);
         let required = |name: &str| -> Vec<String> {
             let tool = server.tools.list_all().into_iter().find(|t| t.name == name).unwrap();
@@ -434,6 +542,42 @@ mod tests {
         assert_eq!(required("querylayer_create_draft"), ["fields", "run_id"]);
         assert_eq!(required("querylayer_create_proposal"), ["payload", "run_id", "type"]);
         assert_eq!(required("querylayer_request_publish_approval"), ["items", "run_id"]);
+        assert_eq!(required("querylayer_claim_console_task"), Vec::<String>::new());
+        assert_eq!(required("querylayer_create_task_plan"), ["goal", "session_id", "steps", "turn_id"]);
+        assert_eq!(required("querylayer_complete_console_task"), ["outcome", "turn_id"]);
+        assert_eq!(required("querylayer_list_topical_map"), Vec::<String>::new());
+        assert_eq!(required("querylayer_list_topical_strategy_opportunities"), Vec::<String>::new());
+        assert_eq!(
+            required("querylayer_propose_topical_strategy_opportunities"),
+            ["opportunity_ids", "run_id"]
+        );
+        assert_eq!(required("querylayer_list_content_briefs"), Vec::<String>::new());
+        assert_eq!(
+            required("querylayer_propose_content_brief_draft"),
+            ["brief_id", "content_id", "revision_id", "run_id"]
+        );
+        assert_eq!(required("querylayer_stage_content_source_package"), ["name", "records", "run_id"]);
+        assert_eq!(required("querylayer_list_content_source_packages"), Vec::<String>::new());
+        assert_eq!(required("querylayer_list_content_source_records"), ["package_id"]);
+        assert_eq!(
+            required("querylayer_propose_content_source_draft"),
+            ["content_id", "package_id", "record_ids", "revision_id", "run_id"]
+        );
+        assert_eq!(
+            required("querylayer_record_claim_evidence"),
+            ["claim", "quoted_span", "retrieved_at", "revision_id", "run_id", "source_sha256", "source_url"]
+        );
+        assert_eq!(required("querylayer_list_evidence"), Vec::<String>::new());
+        assert_eq!(required("querylayer_list_evidence_reverification"), Vec::<String>::new());
+        assert_eq!(required("querylayer_form_screening_metrics"), Vec::<String>::new());
+        assert_eq!(required("search_semantic_model"), ["text"]);
+        assert_eq!(required("resolve_metric"), ["name"]);
+        assert_eq!(required("check_access"), ["resource"]);
+        assert_eq!(required("build_navigator_bundle"), Vec::<String>::new());
+        assert_eq!(required("answer_question"), ["question"]);
+        assert_eq!(required("run_qglake_story"), Vec::<String>::new());
+        assert_eq!(required("import_semantic_model"), ["document"]);
+        assert_eq!(required("verify_envelope"), ["envelope"]);
     }
 
     /// `true`/`false` where a subschema stands (properties, items, $defs).

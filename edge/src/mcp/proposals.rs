@@ -183,9 +183,7 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ListProposalsParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<ProposalList>, CallToolResult> {
-        let call = Call::new("list_proposals")
-            .opt("p_state", p.state)
-            .opt("p_limit", p.limit);
+        let call = Call::new("list_proposals").opt("p_state", p.state).opt("p_limit", p.limit);
         self.call::<Vec<Proposal>>(&ctx, "querylayer_list_proposals", call)
             .await
             .map(|Json(proposals)| Json(ProposalList { proposals }))

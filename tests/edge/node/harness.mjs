@@ -16,6 +16,8 @@ const SECRETS = process.env.QUERYLAYER_TEST_SECRETS;
 export const ALL_SCOPES = ["site:read", "content:read", "content:write", "topical-map:read",
   "topical-map:write", "runs:read", "runs:write", "publish:request"];
 export const READ_TOOLS = ["querylayer_list_content", "querylayer_list_proposals", "querylayer_site_context"];
+export const WRITE_TOOLS = ["querylayer_begin_run", "querylayer_create_draft", "querylayer_create_proposal",
+  "querylayer_finish_run", "querylayer_record_artifact", "querylayer_request_publish_approval"];
 
 export function issued(secret) {
   appendFileSync(SECRETS, secret + "\n");

@@ -19,6 +19,9 @@ BIN = os.environ["QUERYLAYER_BIN"]
 ADMIN_URL = os.environ["QUERYLAYER_ADMIN_URL"]
 EDGE_DB_URL = os.environ["QUERYLAYER_EDGE_DB_URL"]
 SECRETS = os.environ["QUERYLAYER_TEST_SECRETS"]
+WORKER_DB_URL = os.environ.get("QUERYLAYER_WORKER_DB_URL", "")
+TEST_DIR = os.environ.get("QUERYLAYER_TEST_DIR", "")
+PG_PORT = os.environ.get("QUERYLAYER_PG_PORT", "")
 
 WRITE_TOOLS = {
     "querylayer_begin_run",
@@ -29,6 +32,34 @@ WRITE_TOOLS = {
     "querylayer_request_publish_approval",
 }
 READ_TOOLS = {"querylayer_site_context", "querylayer_list_content", "querylayer_list_proposals"}
+# The Agent Console (all runs:write) and editorial planning.
+CONSOLE_TASK_TOOLS = {
+    "querylayer_claim_console_task",
+    "querylayer_create_task_plan",
+    "querylayer_complete_console_task",
+}
+WRITE_TOOLS |= CONSOLE_TASK_TOOLS | {
+    "querylayer_propose_topical_strategy_opportunities",
+    "querylayer_propose_content_brief_draft",
+    "querylayer_stage_content_source_package",
+    "querylayer_propose_content_source_draft",
+    "querylayer_record_claim_evidence",
+}
+TOPICAL_MAP_READ_TOOLS = {"querylayer_list_topical_map", "querylayer_list_topical_strategy_opportunities"}
+READ_TOOLS |= {
+    "querylayer_list_content_briefs",
+    "querylayer_list_content_source_packages",
+    "querylayer_list_content_source_records",
+    "querylayer_list_evidence",
+    "querylayer_list_evidence_reverification",
+    "querylayer_form_screening_metrics",
+} | TOPICAL_MAP_READ_TOOLS
+# The semantics plane (QueryGraph's names). Those that decide access record receipts (and
+# answers), so they are not read-only, although content:read is all they need.
+SEMANTIC_READ_TOOLS = {"search_semantic_model", "resolve_metric", "verify_envelope"}
+SEMANTIC_CONTENT_READ_TOOLS = {"check_access", "build_navigator_bundle", "answer_question", "run_qglake_story"}
+READ_TOOLS |= SEMANTIC_READ_TOOLS
+WRITE_TOOLS |= SEMANTIC_CONTENT_READ_TOOLS | {"import_semantic_model"}
 ALL_SCOPES = [
     "site:read", "content:read", "content:write", "topical-map:read",
     "topical-map:write", "runs:read", "runs:write", "publish:request",
@@ -114,3 +145,21 @@ def raw_post(body: dict, secret: str | None = None, headers: dict | None = None,
         h["authorization"] = f"Bearer {secret}"
     h.update(headers or {})
     return httpx2.post(f"{url}/mcp", json=body, headers=h, timeout=30)
+
+
+def operator_sql(sql: str) -> str:
+    """One statement as the operator login, for operator functions without an admin command."""
+    done = subprocess.run(["psql", ADMIN_URL, "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"operator SQL failed: {done.stderr}"
+    return done.stdout.strip()
+
+
+def superuser_sql(sql: str) -> str:
+    """One script as the private cluster's superuser: only for looking past the API (raw rows, a
+    simulated out-of-band change), never for what a test proves through the API."""
+    done = subprocess.run(["sudo", "-u", "postgres", "psql", "-h", TEST_DIR, "-p", PG_PORT, "-d", "querylayer",
+                           "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                          capture_output=True, text=True, timeout=60, cwd="/tmp")
+    assert done.returncode == 0, f"superuser SQL failed: {done.stderr}"
+    return done.stdout.strip()

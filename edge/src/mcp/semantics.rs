@@ -1,0 +1,480 @@
+//! Semantics tools (QueryGraph): the site's semantic model, RBAC + ODRL decisions with
+//! receipts, the governed navigator loop with signed answers, and the resilience-desk story.
+//! Names follow QueryGraph's MCP surface (the seed lists `search_semantic_model` and
+//! `search_semantic_models`; the singular is the one kept). Every decision is the database's.
+
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::model::CallToolResult;
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, RoleServer};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::QueryLayerMcp;
+use crate::db::Call;
+use crate::error::Error;
+
+/// Text to search the site's current semantic model for.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchParams {
+    /// Words or a question; names, synonyms (multi-word ones too), descriptions and
+    /// `ai_context` are searched, results ranked deterministically.
+    pub text: String,
+}
+
+/// Ranked matches in the current model.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SearchResult {
+    pub model: String,
+    pub version: i64,
+    pub text: String,
+    /// `[{kind: dataset|field|metric, name, dataset?, rank, term, via}]`, best first.
+    #[schemars(schema_with = "super::any_array")]
+    pub matches: Value,
+}
+
+/// A metric and the dialect wanted.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveMetricParams {
+    /// The metric's name in the model.
+    pub name: String,
+    /// The SQL dialect wanted (default `SAIL_SQL`); falls back to `ANSI_SQL`, then to the
+    /// first dialect the metric lists — the result says which was used.
+    pub dialect: Option<String>,
+}
+
+/// A metric's expression and the dialect it is written in.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct MetricResolution {
+    pub metric: String,
+    pub requested_dialect: String,
+    /// The dialect of `expression`.
+    pub dialect: String,
+    /// `requested`, `ansi_sql` or `first_listed`.
+    #[schemars(schema_with = "super::any_json")]
+    pub fallback: Value,
+    pub expression: String,
+}
+
+/// One access question for this connection's agent (the principal is never an argument).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckAccessParams {
+    /// The governed resource, for example a dataset source `sail.qg_lakehouse.government_finance__countydata`.
+    pub resource: String,
+    /// The ODRL action: `read` (default), `use`, `derive`, … (`odrl:` prefix optional; `read ⊂ use`).
+    pub action: Option<String>,
+    /// The purpose stated for ODRL `purpose` constraints.
+    pub purpose: Option<String>,
+}
+
+/// RBAC AND ODRL, both halves shown, with the receipt that was recorded.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct AccessDecision {
+    pub principal: String,
+    pub resource: String,
+    pub action: String,
+    pub rbac_allowed: bool,
+    pub odrl_allowed: bool,
+    pub allowed: bool,
+    pub rbac_reason: String,
+    pub odrl_reason: String,
+    pub policy_id: Option<String>,
+    /// `{principal, resource, action, allowed, reason, policy_id, issued_at}`.
+    #[schemars(schema_with = "super::any_object")]
+    pub receipt: Value,
+}
+
+/// The purpose the bundle is built for.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BundleParams {
+    /// The purpose stated for ODRL `purpose` constraints.
+    pub purpose: Option<String>,
+}
+
+/// The per-principal view of the model: each dataset and metric with its access decision.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct NavigatorBundle {
+    pub model: String,
+    pub model_version: i64,
+    pub principal: String,
+    pub purpose: Option<String>,
+    /// `[{name, description, source, fields, access: {allowed, reason, policy_id}}]`; a denied
+    /// dataset lists no fields.
+    #[schemars(schema_with = "super::any_array")]
+    pub datasets: Value,
+    /// `[{name, description, dialects, access}]`.
+    #[schemars(schema_with = "super::any_array")]
+    pub metrics: Value,
+    /// One recorded receipt per dataset.
+    #[schemars(schema_with = "super::any_array")]
+    pub receipts: Value,
+}
+
+/// An OSI semantic model to import as the site's new current version.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportModelParams {
+    /// The OSI document: a JSON object, or JSON or YAML text. `semantic_model` may be an
+    /// object or a one-item list; `ai_context` a string or an object.
+    #[schemars(schema_with = "super::any_json")]
+    pub document: Value,
+}
+
+/// The imported version.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ImportedModel {
+    pub model_id: Uuid,
+    pub name: String,
+    pub version: i64,
+    pub source_sha256: String,
+    pub datasets: i64,
+    pub metrics: i64,
+    pub imported_at: String,
+}
+
+/// A question for the governed navigator loop.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerParams {
+    /// The question, in natural language.
+    pub question: String,
+    /// The purpose stated for ODRL `purpose` constraints.
+    pub purpose: Option<String>,
+    /// The SQL dialect to plan in (default `SAIL_SQL`).
+    pub dialect: Option<String>,
+}
+
+/// A governed, signed, lineage-anchored answer.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SignedAnswer {
+    pub answer_id: Uuid,
+    pub question: String,
+    pub answer: String,
+    /// `deterministic`, or `openai-compatible:<model>`.
+    pub synthesized_by: String,
+    #[schemars(schema_with = "super::any_array")]
+    pub matches: Value,
+    /// `[{dataset, source, sql, metric}]` over allowed sources only.
+    #[schemars(schema_with = "super::any_array")]
+    pub plans: Value,
+    /// One recorded receipt per gated dataset.
+    #[schemars(schema_with = "super::any_array")]
+    pub receipts: Value,
+    pub denied_sources: Vec<String>,
+    /// The TypeDID envelope (signed by the server key) carrying answer, plans and receipts.
+    #[schemars(schema_with = "super::any_object")]
+    pub envelope: Value,
+    /// The OpenLineage RunEvent (spec 2-0-2).
+    #[schemars(schema_with = "super::any_object")]
+    pub openlineage: Value,
+    /// The exact event bytes the attestation's hash covers.
+    pub openlineage_text: String,
+    pub event_sha256: String,
+    /// The Ed25519 attestation over the event hash.
+    #[schemars(schema_with = "super::any_object")]
+    pub attestation: Value,
+    /// The server's did:key that signed the envelope and the attestation.
+    pub server_did: String,
+    pub model_version: i64,
+    pub lineage_event_id: Uuid,
+}
+
+/// No arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StoryParams {}
+
+/// The story: each specialist gated by the site's rights, with its receipt, COMMIT event and
+/// attestation.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct StoryRun {
+    #[schemars(schema_with = "super::any_object")]
+    pub prompt: Value,
+    /// The did:key that signed every envelope and attestation.
+    pub signer: String,
+    pub server_did: String,
+    #[schemars(schema_with = "super::any_array")]
+    pub agents: Value,
+    /// `[{agent, principal, resource, status: allowed|denied, summary, receipt, envelope, openlineage, attestation}]`.
+    #[schemars(schema_with = "super::any_array")]
+    pub responses: Value,
+    #[schemars(schema_with = "super::any_object")]
+    pub synthesis: Value,
+}
+
+/// A TypeDID envelope to check.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyEnvelopeParams {
+    /// The envelope: a JSON object, or its JSON text (for example an `x-qg-envelope` header value).
+    #[schemars(schema_with = "super::any_json")]
+    pub envelope: Value,
+}
+
+/// What the envelope proves on its own.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct EnvelopeVerification {
+    pub parsed: bool,
+    pub error: Option<String>,
+    /// `v1` or `v2`.
+    pub profile: Option<String>,
+    pub sender: Option<String>,
+    pub verification_method: Option<String>,
+    pub payload_hash_valid: bool,
+    pub signed: bool,
+    pub signature_valid: bool,
+    pub sender_matches_verification_method: Option<bool>,
+}
+
+/// A JSON value given either as text or as JSON, as the text the database parses.
+fn as_text(value: Value) -> String {
+    match value {
+        Value::String(text) => text,
+        other => other.to_string(),
+    }
+}
+
+#[tool_router(router = semantics_router, vis = "pub(super)")]
+impl QueryLayerMcp {
+    /// Search the site's current semantic model (OSI) by names, synonyms, descriptions and
+    /// ai_context; results are ranked deterministically.
+    #[tool(
+        name = "search_semantic_model",
+        annotations(
+            title = "Search the semantic model",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn search_semantic_model(
+        &self,
+        Parameters(p): Parameters<SearchParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<SearchResult>, CallToolResult> {
+        self.call(&ctx, "search_semantic_model", Call::new("search_semantic_model").arg("p_text", p.text))
+            .await
+    }
+
+    /// Resolve a metric to its SQL expression for a dialect, with fallback (requested →
+    /// ANSI_SQL → first listed); says which dialect was used.
+    #[tool(
+        name = "resolve_metric",
+        annotations(
+            title = "Resolve a metric",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn resolve_metric(
+        &self,
+        Parameters(p): Parameters<ResolveMetricParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<MetricResolution>, CallToolResult> {
+        self.call(
+            &ctx,
+            "resolve_metric",
+            Call::new("resolve_metric").arg("p_name", p.name).opt("p_dialect", p.dialect),
+        )
+        .await
+    }
+
+    /// Ask whether this connection's agent may act on a resource: RBAC AND ODRL (action
+    /// hierarchy, purpose constraints, conflict strategies). A denial is an answer, not an
+    /// error; every decision is recorded as an append-only receipt.
+    #[tool(
+        name = "check_access",
+        annotations(
+            title = "Check access",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn check_access(
+        &self,
+        Parameters(p): Parameters<CheckAccessParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<AccessDecision>, CallToolResult> {
+        self.call(
+            &ctx,
+            "check_access",
+            Call::new("check_access")
+                .arg("p_resource", p.resource)
+                .opt("p_action", p.action)
+                .opt("p_purpose", p.purpose),
+        )
+        .await
+    }
+
+    /// Build the governed view of the semantic model this agent may navigate: every dataset,
+    /// field and metric with its access decision (receipts recorded).
+    #[tool(
+        name = "build_navigator_bundle",
+        annotations(
+            title = "Navigator bundle",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn build_navigator_bundle(
+        &self,
+        Parameters(p): Parameters<BundleParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<NavigatorBundle>, CallToolResult> {
+        self.call(
+            &ctx,
+            "build_navigator_bundle",
+            Call::new("build_navigator_bundle").opt("p_purpose", p.purpose),
+        )
+        .await
+    }
+
+    /// Import an OSI semantic model (JSON or YAML) as the site's new current version; an
+    /// invalid document is refused with errors naming each offending path.
+    #[tool(
+        name = "import_semantic_model",
+        annotations(
+            title = "Import a semantic model",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn import_semantic_model(
+        &self,
+        Parameters(p): Parameters<ImportModelParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<ImportedModel>, CallToolResult> {
+        self.call(
+            &ctx,
+            "import_semantic_model",
+            Call::new("import_semantic_model").arg("p_document", as_text(p.document)),
+        )
+        .await
+    }
+
+    /// Answer a question through the governed navigator loop: search, gate every matched
+    /// dataset (denied sources are never planned or touched), plan SQL over allowed sources,
+    /// synthesize, and return the answer in a signed envelope with its OpenLineage event and
+    /// attestation.
+    #[tool(
+        name = "answer_question",
+        annotations(
+            title = "Answer a question (governed)",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn answer_question(
+        &self,
+        Parameters(p): Parameters<AnswerParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<SignedAnswer>, CallToolResult> {
+        let llm = self.llm.clone();
+        self.steps(&ctx, "answer_question", async move |tx| {
+            answer(tx, llm.as_ref(), p.question, p.purpose, p.dialect).await
+        })
+        .await
+    }
+
+    /// Run the resilience-desk story: the specialist roster, each a registered agent gated by
+    /// the site's rights (the restricted broker is denied), with one receipt, one COMPLETE
+    /// OpenLineage event and one attestation per specialist.
+    #[tool(
+        name = "run_qglake_story",
+        annotations(
+            title = "Run the resilience-desk story",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn run_qglake_story(
+        &self,
+        Parameters(_): Parameters<StoryParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<StoryRun>, CallToolResult> {
+        self.call(&ctx, "run_qglake_story", Call::new("run_qglake_story")).await
+    }
+
+    /// Verify a TypeDID envelope on its own: its payload hash and its Ed25519 signature against
+    /// its own did:key verification method. Grants nothing.
+    #[tool(
+        name = "verify_envelope",
+        annotations(
+            title = "Verify an envelope",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn verify_envelope(
+        &self,
+        Parameters(p): Parameters<VerifyEnvelopeParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<EnvelopeVerification>, CallToolResult> {
+        self.call(
+            &ctx,
+            "verify_envelope",
+            Call::new("verify_envelope").arg("p_envelope", as_text(p.envelope)),
+        )
+        .await
+    }
+}
+
+/// The navigator loop inside the caller's transaction (as the connection): deterministic in
+/// the database, or — with an LLM configured — prepared in the database (search, gate, plan,
+/// prompt), written by the model, then signed and recorded in the database.
+pub async fn answer(
+    tx: &deadpool_postgres::Transaction<'_>,
+    llm: Option<&crate::llm::Llm>,
+    question: String,
+    purpose: Option<String>,
+    dialect: Option<String>,
+) -> Result<Value, Error> {
+    let Some(llm) = llm else {
+        return Call::new("answer_question")
+            .arg("p_question", question)
+            .opt("p_purpose", purpose)
+            .opt("p_dialect", dialect)
+            .run(tx)
+            .await
+            .map_err(|e| Error::from_db(&e));
+    };
+    let prepared = Call::new("prepare_answer")
+        .arg("p_question", question)
+        .opt("p_purpose", purpose)
+        .opt("p_dialect", dialect)
+        .run(tx)
+        .await
+        .map_err(|e| Error::from_db(&e))?;
+    let prompt = prepared["prompt"].as_str().unwrap_or_default();
+    let draft: Uuid = serde_json::from_value(prepared["draft_id"].clone())
+        .map_err(|e| Error::internal(format!("prepare_answer returned no draft id: {e}")))?;
+    let text = llm.complete(prompt).await?;
+    Call::new("complete_answer")
+        .arg("p_draft_id", draft)
+        .arg("p_text", text)
+        .arg("p_synthesized_by", llm.name())
+        .run(tx)
+        .await
+        .map_err(|e| Error::from_db(&e))
+}

@@ -1,0 +1,157 @@
+//! The governed `/v1` API (served with `--require-auth`): `POST /v1/models/import/osi` and
+//! `POST /v1/answer`, each authenticated by a signed TypeDID envelope in `x-qg-envelope`. The
+//! edge only hands the header, the method, the exact path and the SHA-256 of the exact body to
+//! `querylayer_api.authenticate_envelope`, in the request's transaction; the database checks
+//! the envelope, records the receipt, and — when it allows — the route's one call runs as the
+//! connection the sender's did:key is bound to. A refusal answers 401 with the receipt.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::db::{Call, EnvelopeOutcome};
+use crate::error::Error;
+use crate::mcp::semantics_answer;
+use crate::AppState;
+
+pub const ENVELOPE_HEADER: &str = "x-qg-envelope";
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/models/import/osi", post(import_osi))
+        .route("/v1/answer", post(answer))
+        .route("/v1/health", get(|| async { Json(json!({"status": "ok"})) }))
+}
+
+/// The body of `POST /v1/answer`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    question: String,
+    purpose: Option<String>,
+    dialect: Option<String>,
+}
+
+/// The header's value when it is visible ASCII (anything else is "missing", as in the reference).
+fn envelope_header(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(ENVELOPE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .filter(|v| !v.trim().is_empty())
+}
+
+/// The per-credential rate limit, keyed before the database is asked: by the envelope's sender
+/// (a stable key for one did:key), or by nothing at all for a missing or unreadable header.
+fn rate_key(header: Option<&str>) -> uuid::Uuid {
+    let sender = header
+        .and_then(|h| serde_json::from_str::<Value>(h).ok())
+        .and_then(|v| v.get("sender").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default();
+    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, format!("x-qg-envelope:{sender}").as_bytes())
+}
+
+/// Runs one governed route: envelope authentication, then `steps` as the bound connection.
+async fn governed(
+    state: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+    steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
+) -> Response {
+    let header = envelope_header(headers);
+    if let Err(retry) = state.limiter.check(rate_key(header.as_deref())) {
+        return Error::rate_limited(retry).into_response();
+    }
+    let path = uri.path();
+    let body_sha256 = Sha256::digest(body);
+    let outcome =
+        state.db.with_envelope(header.as_deref(), method.as_str(), path, body_sha256.as_slice(), steps).await;
+    match outcome {
+        Ok(EnvelopeOutcome::Allowed { value, .. }) => (StatusCode::OK, Json(value)).into_response(),
+        Ok(EnvelopeOutcome::Denied(receipt)) => {
+            tracing::info!(path, error = receipt["error"].as_str().unwrap_or(""), "envelope refused");
+            (StatusCode::UNAUTHORIZED, Json(refusal(&receipt))).into_response()
+        }
+        Err(error) => {
+            error.log(path);
+            error.into_response()
+        }
+    }
+}
+
+/// `{"error", "receipt": {"allowed": false, "path", "checks", "contract"}}`, as the seed shows.
+fn refusal(receipt: &Value) -> Value {
+    json!({
+        "error": receipt["error"],
+        "receipt": {
+            "allowed": false,
+            "path": receipt["path"],
+            "method": receipt["method"],
+            "profile": receipt["profile"],
+            "checks": receipt["checks"],
+            "contract": receipt["contract"],
+        }
+    })
+}
+
+async fn import_osi(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let document = String::from_utf8_lossy(&body).into_owned();
+    governed(&state, &method, &uri, &headers, &body, async move |tx| {
+        Call::new("import_semantic_model")
+            .arg("p_document", document)
+            .run(tx)
+            .await
+            .map_err(|e| Error::from_db(&e))
+    })
+    .await
+}
+
+async fn answer(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed = serde_json::from_slice::<AnswerBody>(&body);
+    let llm = state.config.llm.clone();
+    governed(&state, &method, &uri, &headers, &body, async move |tx| {
+        let body = parsed.map_err(|e| {
+            Error::invalid_argument(format!(
+                "the body must be {{\"question\", \"purpose\"?, \"dialect\"?}}: {e}"
+            ))
+        })?;
+        semantics_answer(tx, llm.as_ref(), body.question, body.purpose, body.dialect).await
+    })
+    .await
+}
+
+/// `GET /.well-known/agent-card.json`: the A2A card, with the server key read from the database.
+pub async fn agent_card(State(state): State<AppState>) -> Response {
+    match state.db.server_keys().await {
+        Ok(keys) => Json(crate::card::agent_card(
+            &state.config.public_url,
+            keys["current"].as_str(),
+            keys["envelope_recipient"].as_str().unwrap_or("did:web:qg-server"),
+        ))
+        .into_response(),
+        Err(error) => {
+            error.log("agent card");
+            error.into_response()
+        }
+    }
+}
