@@ -265,9 +265,10 @@ async fn create_connection(State(state): State<AppState>, member: Member, body: 
     respond(result.await, StatusCode::CREATED)
 }
 
+/// `{"reason"?}`: the optional body of revocations and session ends.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct RevokeBody {
+struct ReasonBody {
     reason: Option<String>,
 }
 
@@ -280,7 +281,7 @@ async fn revoke_connection(
 ) -> Response {
     let result = async {
         let id = path_id(id)?;
-        let body: RevokeBody = optional_body(&body)?;
+        let body: ReasonBody = optional_body(&body)?;
         let call =
             Call::new("console_revoke_connection").arg("p_connection_id", id).opt("p_reason", body.reason);
         member.call(&state, Some(call)).await
@@ -310,12 +311,6 @@ async fn register_session(State(state): State<AppState>, member: Member, body: B
         member.call(&state, Some(call)).await
     };
     respond(result.await, StatusCode::CREATED)
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct ReasonBody {
-    reason: Option<String>,
 }
 
 /// `POST /api/console/sessions/{session_id}/end` with `{"reason"?}`: the Hermes session ended or

@@ -16,7 +16,7 @@ use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
 use querylayer_edge::mcp::QueryLayerMcp;
 use querylayer_edge::worker::{self, WorkerArgs};
-use querylayer_edge::{app, AppState};
+use querylayer_edge::{app, shutdown_signal, AppState};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -152,24 +152,6 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
 async fn mcp_serve(args: McpServeArgs) -> Result<(), String> {

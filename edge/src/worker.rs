@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use crate::db::{parse, Call, Db};
 use crate::error::Error;
+use crate::shutdown_signal;
 
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
@@ -216,24 +217,6 @@ async fn purge_form_screening(db: &Db) -> Result<(), Error> {
     let retention_days = result.get("retention_days").and_then(|v| v.as_i64());
     tracing::info!(deleted, retention_days, "form screening retention purge");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
 // ---------------------------------------------------------------------------------------------
