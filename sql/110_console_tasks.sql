@@ -724,8 +724,9 @@ $$;
 CREATE FUNCTION querylayer_api.console_add_turn(p_conversation_id uuid, p_request text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_conv querylayer.console_conversations;
-    v_id   uuid;
+    v_conv    querylayer.console_conversations;
+    v_id      uuid;
+    v_problem text;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
     SELECT * INTO v_conv FROM querylayer.console_conversations WHERE id = p_conversation_id;
@@ -734,6 +735,11 @@ BEGIN
     END IF;
     IF p_request IS NULL OR length(p_request) NOT BETWEEN 1 AND 20000 THEN
         RAISE EXCEPTION 'request: 1 to 20000 characters are required' USING ERRCODE = '22023';
+    END IF;
+    -- A turn no harness could ever act on is refused now, not queued to fail at claim time.
+    v_problem := querylayer.conversation_problem(v_conv);
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION 'conversation % takes no new turns: %', p_conversation_id, v_problem USING ERRCODE = 'QL422';
     END IF;
     INSERT INTO querylayer.console_turns (site_id, conversation_id, request, created_by)
     VALUES (v_conv.site_id, v_conv.id, p_request, querylayer.ctx_member_id())

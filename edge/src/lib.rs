@@ -72,7 +72,39 @@ pub fn app(state: AppState) -> Router {
             axum::http::StatusCode::REQUEST_TIMEOUT,
             state.config.request_timeout,
         ))
+        .layer(middleware::map_response(explain_limits))
         .with_state(state)
+}
+
+/// The body and time limits answer from tower layers, with an empty or plain-text body; give
+/// them the JSON error body every other refusal has.
+async fn explain_limits(response: Response) -> Response {
+    use axum::http::{header, StatusCode};
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return response;
+    }
+    match response.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => Error::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the request body is larger than this edge accepts",
+        )
+        .with_hint("an operator sets the limit with --max-body-bytes")
+        .into_response(),
+        StatusCode::REQUEST_TIMEOUT => Error::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request took longer than this edge allows",
+        )
+        .with_hint("retry; an operator sets the limit with --request-timeout-secs")
+        .into_response(),
+        _ => response,
+    }
 }
 
 /// One log line per request: method, path, status, duration, and the MCP method when the
@@ -111,4 +143,34 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::{to_bytes, Body};
+    use axum::http::StatusCode;
+
+    async fn code_of(response: Response) -> (StatusCode, serde_json::Value) {
+        let status = response.status();
+        let body = to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
+    }
+
+    #[tokio::test]
+    async fn the_limits_answer_with_the_json_error_body() {
+        for (status, code) in [
+            (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+        ] {
+            let bare = Response::builder().status(status).body(Body::from("length limit exceeded")).unwrap();
+            let (answered, body) = code_of(explain_limits(bare).await).await;
+            assert_eq!((answered, body["error"]["code"].as_str()), (status, Some(code)));
+        }
+        // A JSON error from a handler, and any other status, pass through untouched.
+        let ours = Error::new(StatusCode::PAYLOAD_TOO_LARGE, "too_many_records", "x").into_response();
+        assert_eq!(code_of(explain_limits(ours).await).await.1["error"]["code"], "too_many_records");
+        let teapot = Response::builder().status(StatusCode::IM_A_TEAPOT).body(Body::empty()).unwrap();
+        assert_eq!(explain_limits(teapot).await.status(), StatusCode::IM_A_TEAPOT);
+    }
 }

@@ -105,6 +105,7 @@ async fn an_oversized_body_is_refused() {
         mcp_post("localhost").header(header::CONTENT_LENGTH, 4096).body(Body::from(vec![b' '; 4096]));
     let response = app(state()).oneshot(request.unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(json(response).await["error"]["code"], "payload_too_large");
 }
 
 #[tokio::test]

@@ -778,6 +778,11 @@ mod tests {
         assert_eq!(again["link"], link["link"]);
         json("SELECT querylayer_api.console_end_session('sess-1', 'deleted in Hermes')");
         expect_sqlstate(&format!("SELECT querylayer_api.console_conversation_link('{conv}')"), "QL422");
+        // Nor does the conversation take a turn that no harness could act on.
+        expect_sqlstate(
+            &format!("SELECT querylayer_api.console_add_turn('{conv}', 'Another request')"),
+            "QL422",
+        );
     }
 
     #[pg_test]

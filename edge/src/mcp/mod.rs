@@ -350,11 +350,26 @@ impl ServerHandler for QueryLayerMcp {
         };
         let started = Instant::now();
         let fingerprint = self.fingerprint(&ctx);
+        let arguments = request.arguments.clone();
         let response = self.tools.call(ToolCallContext::new(self, request, ctx)).await?;
         let Some(detail) = argument_error(&response) else {
             return Ok(response);
         };
-        let error = Error::invalid_argument(format!("invalid arguments for {tool}: {detail}")).with_hint(
+        let fields = match self.tools.get(tool) {
+            Some(definition) => offending_fields(&definition.input_schema, arguments),
+            None => Vec::new(),
+        };
+        let message = match fields.as_slice() {
+            [] => format!("invalid arguments for {tool}: {detail}"),
+            [field] => {
+                format!("invalid arguments for {tool}: `{field}` does not match the inputSchema ({detail})")
+            }
+            fields => format!(
+                "invalid arguments for {tool}: {} do not match the inputSchema ({detail})",
+                fields.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        let error = Error::invalid_argument(message).with_hint(
             "arguments must match the tool's inputSchema; the connection is bound to one site, \
              organization and agent, so no argument may name them",
         );
@@ -380,6 +395,45 @@ fn argument_error(response: &CallToolResponse) -> Option<String> {
     }
     let text = result.content.first()?.as_text()?.text.as_str();
     text.strip_prefix(PREFIX).map(|detail| detail.trim().to_string())
+}
+
+/// The values that break the tool's input schema, as paths (`days`, `record_ids[0]`,
+/// `steps[1].key`), in the schema's order. Serde's explanation names a missing or unknown
+/// field but not a mistyped or malformed value ("invalid type: string \"many\", expected
+/// u32"); this names it. Runs only after a call was refused, never on the hot path.
+fn offending_fields(
+    schema: &rmcp::model::JsonObject,
+    arguments: Option<rmcp::model::JsonObject>,
+) -> Vec<String> {
+    let Some(arguments) = arguments else {
+        return Vec::new();
+    };
+    let schema = serde_json::Value::Object(schema.clone());
+    let Ok(validator) = jsonschema::options().should_validate_formats(true).build(&schema) else {
+        return Vec::new();
+    };
+    let instance = serde_json::Value::Object(arguments);
+    let mut fields: Vec<String> = Vec::new();
+    for error in validator.iter_errors(&instance) {
+        let mut path = String::new();
+        for segment in error.instance_path().segments() {
+            match segment {
+                jsonschema::paths::LocationSegment::Index(i) => path.push_str(&format!("[{i}]")),
+                jsonschema::paths::LocationSegment::Property(name) => {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(&name);
+                }
+            }
+        }
+        // An empty path is the arguments object itself (unknown or missing members), which
+        // serde's explanation already names.
+        if !path.is_empty() && !fields.contains(&path) {
+            fields.push(path);
+        }
+    }
+    fields
 }
 
 /// `/mcp`: authentication (the principal exists before any MCP server does), then the
@@ -451,6 +505,36 @@ mod tests {
         assert_eq!(argument_error(&ours), None);
         let ok: CallToolResponse = CallToolResult::structured(serde_json::json!({"a": 1})).into();
         assert_eq!(argument_error(&ok), None);
+    }
+
+    #[test]
+    fn a_mistyped_or_malformed_argument_is_named() {
+        let db =
+            Db::connect("postgres://nobody@127.0.0.1:1/none", 1, std::time::Duration::from_secs(1)).unwrap();
+        let server = QueryLayerMcp::for_http(db);
+        let fields = |tool: &str, arguments: serde_json::Value| {
+            let serde_json::Value::Object(arguments) = arguments else { unreachable!() };
+            offending_fields(&server.tools.get(tool).unwrap().input_schema, Some(arguments))
+        };
+        assert_eq!(
+            fields("querylayer_form_screening_metrics", serde_json::json!({"days": "many"})),
+            ["days"]
+        );
+        assert_eq!(
+            fields("querylayer_list_evidence", serde_json::json!({"content_id": "not-a-uuid"})),
+            ["content_id"]
+        );
+        let run = "00000000-0000-4000-8000-000000000001";
+        assert_eq!(
+            fields(
+                "querylayer_propose_topical_strategy_opportunities",
+                serde_json::json!({"run_id": run, "opportunity_ids": [run, "nope"], "summary": 7})
+            ),
+            ["opportunity_ids[1]", "summary"]
+        );
+        // Unknown and missing members are the arguments object's own fault: serde names them.
+        assert!(fields("querylayer_list_evidence", serde_json::json!({"site": "other"})).is_empty());
+        assert!(fields("querylayer_form_screening_metrics", serde_json::json!({"days": 3})).is_empty());
     }
 
     #[test]

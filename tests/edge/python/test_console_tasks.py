@@ -353,6 +353,8 @@ async def test_a_profile_that_no_longer_resolves_fails_closed_everywhere():
         link = link_of(owner, cid)
         assert link.status_code == 422 and reason in link.json()["error"]["message"]
         assert "hermes://" not in link.text
+        late = owner.post(f"/conversations/{cid}/turns", {"request": "Too late"})
+        assert late.status_code == 422 and reason in late.json()["error"]["message"]
         failed = await claim(client, turn_id=turn["turn_id"], session_id=turn["session_id"])
         assert failed["status"] == "failed" and failed["reason"] == reason and failed["step"] is None
         assert failed["plan"]["failure_reason"] == reason
@@ -388,6 +390,8 @@ async def test_a_missing_session_fails_closed_and_refuses_the_link():
         reason = f"session {session} is missing or ended"
         link = link_of(owner, cid)
         assert link.status_code == 422 and reason in link.json()["error"]["message"]
+        late = owner.post(f"/conversations/{cid}/turns", {"request": "Too late"})
+        assert late.status_code == 422 and reason in late.json()["error"]["message"]
         failed = await report(client, turn, task["step"], "succeeded")
         assert failed["status"] == "failed" and failed["reason"] == reason
         assert states(failed) == {"one": "succeeded", "two": "cancelled"}

@@ -283,7 +283,7 @@ async def test_strategy_opportunities_become_one_proposal_and_an_approval_commis
         await refused(c, "querylayer_propose_topical_strategy_opportunities", {
             "run_id": run, "opportunity_ids": []}, "invalid_argument", "opportunity_ids")
         await refused(c, "querylayer_propose_topical_strategy_opportunities", {
-            "run_id": run, "opportunity_ids": ["not-a-uuid"]}, "invalid_argument")
+            "run_id": run, "opportunity_ids": ["not-a-uuid"]}, "invalid_argument", "`opportunity_ids[0]`")
         await refused(c, "querylayer_list_topical_strategy_opportunities", {"state": "hot"}, "invalid_argument", "state")
         await refused(c, "querylayer_list_topical_strategy_opportunities", {"limit": 0}, "invalid_argument", "limit")
         await refused(c, "querylayer_list_topical_map", {"site": "other"}, "invalid_argument", "site")
@@ -509,7 +509,7 @@ async def test_claim_evidence_is_recorded_listed_and_refused(writer, pages, othe
                       "invalid_argument", "site")
         await refused(c, "querylayer_list_evidence_reverification", {"evidence_id": evidence["evidence_id"]},
                       "invalid_argument", "evidence_id")
-        await refused(c, "querylayer_list_evidence", {"content_id": "not-a-uuid"}, "invalid_argument")
+        await refused(c, "querylayer_list_evidence", {"content_id": "not-a-uuid"}, "invalid_argument", "`content_id`")
 
 
 async def test_the_worker_rechecks_a_changing_page_and_opens_exactly_one_review(writer, pages):
@@ -671,7 +671,7 @@ async def test_form_screening_metrics_are_aggregates_of_this_site_only(writer, r
         default = await call(c, "querylayer_form_screening_metrics", {"form": screened["form"]})
         assert default["days"] == 30 and len(default["counts"]) == 4, "the last 30 days"
         await refused(c, "querylayer_form_screening_metrics", {"days": 0}, "invalid_argument", "days")
-        await refused(c, "querylayer_form_screening_metrics", {"days": "many"}, "invalid_argument")
+        await refused(c, "querylayer_form_screening_metrics", {"days": "many"}, "invalid_argument", "`days`")
         await refused(c, "querylayer_form_screening_metrics", {"form": screened["form"], "contact": "x"},
                       "invalid_argument", "contact")
     owner = Console(member_token())

@@ -46,7 +46,8 @@ def test_an_oversized_body_is_refused():
     secret = mint()["secret"]
     huge = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "querylayer_list_content", "arguments": {"pad": "x" * (3 * 1024 * 1024)}}}
-    assert raw_post(huge, secret).status_code == 413
+    refused = raw_post(huge, secret)
+    assert refused.status_code == 413 and refused.json()["error"]["code"] == "payload_too_large"
 
 
 def test_a_connection_over_its_rate_is_answered_429_with_retry_after():

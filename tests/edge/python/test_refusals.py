@@ -119,8 +119,9 @@ async def test_bad_arguments_and_governed_refusals_are_tool_errors_with_stable_c
     async with mcp(mint()["secret"]) as client:
         assert tool_error(await client.call_tool("querylayer_begin_run", {}))["code"] == "invalid_argument"
         assert tool_error(await client.call_tool("querylayer_begin_run", {"run_type": "Not A Type"}))["code"] == "invalid_argument"
-        assert tool_error(await client.call_tool("querylayer_record_artifact", {
-            "run_id": "not-a-uuid", "key": "k", "value": 1}))["code"] == "invalid_argument"
+        malformed = tool_error(await client.call_tool("querylayer_record_artifact", {
+            "run_id": "not-a-uuid", "key": "k", "value": 1}))
+        assert malformed["code"] == "invalid_argument" and "`run_id`" in malformed["message"], malformed
         missing = tool_error(await client.call_tool("querylayer_record_artifact", {
             "run_id": str(uuid.uuid4()), "key": "k", "value": 1}))
         assert missing["code"] == "not_found"
