@@ -457,7 +457,7 @@ BEGIN
                 UPDATE querylayer.content_items SET published_revision_id = NULL, published_at = NULL, updated_at = now()
                  WHERE id = it.content_id;
             ELSIF it.action = 'archive' THEN
-                UPDATE querylayer.content_items SET archived_at = now(), updated_at = now() WHERE id = it.content_id;
+                UPDATE querylayer.content_items SET archived_at = clock_timestamp(), updated_at = now() WHERE id = it.content_id;
             ELSE
                 -- Restoring never republishes: the live pointer stays empty.
                 UPDATE querylayer.content_items SET archived_at = NULL, updated_at = now() WHERE id = it.content_id;

@@ -287,9 +287,10 @@ impl Db {
 
     /// A governed `/v1` request: BEGIN; authenticate_envelope (header, method, exact path,
     /// SHA-256 of the exact body); when the database allows it, `steps` as the bound
-    /// connection; COMMIT. The receipt is committed whether the envelope was allowed or not
-    /// (every decision is recorded); a refusal of `steps` rolls everything back and is the
-    /// caller's error.
+    /// connection inside a savepoint; COMMIT. The receipt (and a v2 envelope's spent nonce) is
+    /// committed whatever happens next: every decision is recorded, and an envelope whose
+    /// request failed cannot be replayed. A refusal of `steps` rolls back to the savepoint and
+    /// is the caller's error.
     pub async fn with_envelope(
         &self,
         header: Option<&str>,
@@ -299,7 +300,7 @@ impl Db {
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
     ) -> Result<EnvelopeOutcome, Error> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| Error::from_db(&e))?;
+        let mut tx = client.transaction().await.map_err(|e| Error::from_db(&e))?;
         let auth = tx.prepare_cached(AUTHENTICATE_ENVELOPE).await.map_err(|e| Error::from_db(&e))?;
         let receipt: Value = tx
             .query_one(&auth, &[&header, &method, &path, &body_sha256])
@@ -310,9 +311,16 @@ impl Db {
             tx.commit().await.map_err(|e| Error::from_db(&e))?;
             return Ok(EnvelopeOutcome::Denied(receipt));
         }
-        let value = steps(&tx).await?;
+        let savepoint = tx.savepoint("governed_steps").await.map_err(|e| Error::from_db(&e))?;
+        let outcome = match steps(&savepoint).await {
+            Ok(value) => savepoint.commit().await.map(|()| value).map_err(|e| Error::from_db(&e)),
+            Err(error) => {
+                savepoint.rollback().await.map_err(|e| Error::from_db(&e))?;
+                Err(error)
+            }
+        };
         tx.commit().await.map_err(|e| Error::from_db(&e))?;
-        Ok(EnvelopeOutcome::Allowed { receipt, value })
+        outcome.map(|value| EnvelopeOutcome::Allowed { receipt, value })
     }
 
     /// Records a tool call that was refused before or inside the database, in a transaction

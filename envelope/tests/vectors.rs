@@ -86,6 +86,36 @@ fn a_tampered_v1_header_fails_the_signature_check() {
     assert_eq!(checks.first_failure(), Some("signatureValid"));
 }
 
+/// Validly signed envelopes that still must be refused, each by exactly the check that names
+/// its fault: a key signing in another key's name, another recipient, another action.
+#[test]
+fn a_signature_does_not_make_a_wrong_sender_recipient_or_action_acceptable() {
+    let (signer, other) =
+        (Signer::from_seed_bytes(b"envelope-signer"), Signer::from_seed_bytes(b"bound-key"));
+    let body = canonical::sha256_hex(b"{}");
+    let payload = serde_json::json!({"bodySha256": body});
+    let mint = |recipient: &str, action: &str| {
+        Envelope::mint_v1(&signer, recipient, action, "/v1/answer", &payload, "2026-11-30T12:00:00Z")
+    };
+    let request = facts("/v1/answer", &body, "POST", 0);
+    assert!(mint("did:web:qg-server", "invoke").check(&request).all_passed());
+
+    // The signer claims to be another (bound) key and signs that claim with its own key.
+    let mut impostor = mint("did:web:qg-server", "invoke");
+    impostor.sender = other.did_key();
+    impostor.signature = signer.sign(impostor.signing_payload().as_bytes());
+    let impostor = Envelope::parse(&impostor.to_header_json()).unwrap();
+    let checks = impostor.check(&request);
+    assert!(impostor.signature_valid(), "the signature itself is valid");
+    assert_eq!(checks.first_failure(), Some("senderMatchesVerificationMethod"));
+
+    assert_eq!(
+        mint("did:web:other-server", "invoke").check(&request).first_failure(),
+        Some("recipientIsServer")
+    );
+    assert_eq!(mint("did:web:qg-server", "query").check(&request).first_failure(), Some("actionIsInvoke"));
+}
+
 #[test]
 fn v2_vectors_verify_and_bind_method_and_time() {
     for v in vectors()["v2"].as_array().unwrap() {

@@ -600,6 +600,145 @@ mod tests {
         assert_eq!(state, "draft");
     }
 
+    fn lifecycle_proposal(run_id: &str, content_id: &str, action: &str, archived_at: Option<&str>) -> String {
+        let snapshot = archived_at.map_or("null".to_string(), |a| format!("\"{a}\""));
+        json(&format!(
+            "SELECT querylayer_api.create_proposal('{run_id}', 'content_lifecycle',
+               '{{\"items\": [{{\"content_id\": \"{content_id}\", \"action\": \"{action}\", \"archived_at\": {snapshot}}}]}}')"
+        ))["proposal_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// The whole content_items row, to show a decision changed nothing.
+    fn content_row(content_id: &str) -> String {
+        text(&format!("SELECT to_jsonb(c)::text FROM querylayer.content_items c WHERE id = '{content_id}'"))
+    }
+
+    fn archived_at(content_id: &str) -> Option<String> {
+        Spi::get_one::<String>(&format!(
+            "SELECT to_jsonb(archived_at)#>>'{{}}' FROM querylayer.content_items WHERE id = '{content_id}'"
+        ))
+        .unwrap()
+    }
+
+    /// Approves as `token` a decision expected to execute and fail; returns its one problem.
+    fn approve_expecting_failure(token: &str, proposal: &str, content_id: &str) -> Value {
+        as_member(token);
+        let before = content_row(content_id);
+        let executions = count("proposal_executions");
+        let decided = json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"));
+        assert_eq!(decided["state"], "failed", "{decided}");
+        assert_eq!(decided["decision"]["decision"], "approved");
+        assert_eq!(decided["execution"]["status"], "failed");
+        assert_eq!(decided["execution"]["detail"]["message"], "nothing was changed");
+        assert_eq!(count("proposal_executions"), executions + 1, "the failure is recorded");
+        assert_eq!(content_row(content_id), before, "a failed execution changes nothing");
+        let problems = decided["execution"]["detail"]["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 1, "{decided}");
+        problems[0].clone()
+    }
+
+    #[pg_test]
+    fn archive_and_restore_whose_snapshot_moved_fail_at_decision_time_and_change_nothing() {
+        let site = content_site();
+        let (run_id, content_id, _) = draft(&site.secret, "a");
+        // Two archive requests made against the same (unarchived) state; the first approved wins.
+        let first = lifecycle_proposal(&run_id, &content_id, "archive", None);
+        let second = lifecycle_proposal(&run_id, &content_id, "archive", None);
+        as_member(&site.owner_token);
+        assert_eq!(
+            json(&format!("SELECT querylayer_api.decide_proposal('{second}', 'approve')"))["state"],
+            "applied"
+        );
+        let archived = archived_at(&content_id).expect("archived");
+        let problem = approve_expecting_failure(&site.owner_token, &first, &content_id);
+        assert_eq!(problem["content_id"], content_id.as_str());
+        assert_eq!(problem["reason"], "snapshot_mismatch", "{problem}");
+        assert_eq!(
+            problem["message"],
+            format!(
+                "archived_at is {}, the proposal expected null",
+                text(&format!(
+                    "SELECT archived_at::text FROM querylayer.content_items WHERE id = '{content_id}'"
+                ))
+            )
+        );
+        assert_eq!(archived_at(&content_id), Some(archived.clone()));
+        // Likewise two restores of that archive: the second finds the item no longer archived.
+        authenticate(&site.secret);
+        let restore_a = lifecycle_proposal(&run_id, &content_id, "restore", Some(&archived));
+        let restore_b = lifecycle_proposal(&run_id, &content_id, "restore", Some(&archived));
+        as_member(&site.owner_token);
+        assert_eq!(
+            json(&format!("SELECT querylayer_api.decide_proposal('{restore_a}', 'approve')"))["state"],
+            "applied"
+        );
+        assert_eq!(archived_at(&content_id), None);
+        let problem = approve_expecting_failure(&site.owner_token, &restore_b, &content_id);
+        assert_eq!(problem["reason"], "snapshot_mismatch", "{problem}");
+        assert_eq!(archived_at(&content_id), None);
+        assert_eq!(live_pointer(&content_id), None);
+    }
+
+    #[pg_test]
+    fn an_item_that_went_live_after_the_archive_request_is_not_archived() {
+        let site = content_site();
+        let (run_id, content_id, revision_id) = draft(&site.secret, "a");
+        let archive = lifecycle_proposal(&run_id, &content_id, "archive", None);
+        // Meanwhile the item is published.
+        let publish = request_publish(&run_id, &content_id, &revision_id);
+        as_member(&site.owner_token);
+        assert_eq!(
+            json(&format!("SELECT querylayer_api.decide_proposal('{publish}', 'approve')"))["state"],
+            "applied"
+        );
+        assert_eq!(live_pointer(&content_id), Some(revision_id.clone()));
+        let problem = approve_expecting_failure(&site.owner_token, &archive, &content_id);
+        assert_eq!(problem["content_id"], content_id.as_str());
+        assert_eq!(problem["reason"], "live", "{problem}");
+        assert_eq!(problem["message"], "the item is live; unpublish it first");
+        assert_eq!(live_pointer(&content_id), Some(revision_id), "still live");
+        assert_eq!(archived_at(&content_id), None, "not archived");
+    }
+
+    #[pg_test]
+    fn an_editor_cannot_approve_a_restore_but_an_admin_can() {
+        let site = content_site();
+        let editor = member_token("ed", "editor");
+        let admin = member_token("ad", "admin");
+        let (run_id, content_id, _) = draft(&site.secret, "a");
+        let archive = lifecycle_proposal(&run_id, &content_id, "archive", None);
+        as_member(&site.owner_token);
+        assert_eq!(
+            json(&format!("SELECT querylayer_api.decide_proposal('{archive}', 'approve')"))["state"],
+            "applied"
+        );
+        let archived = archived_at(&content_id).expect("archived");
+        authenticate(&site.secret);
+        let restore = json(&format!(
+            "SELECT querylayer_api.create_proposal('{run_id}', 'content_lifecycle',
+               '{{\"items\": [{{\"content_id\": \"{content_id}\", \"action\": \"restore\", \"archived_at\": \"{archived}\"}}]}}')"
+        ));
+        assert_eq!(restore["risk"], "high");
+        let restore = restore["proposal_id"].as_str().unwrap();
+        as_member(&editor);
+        let decisions = count("proposal_decisions");
+        expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{restore}', 'approve')"), "QL403");
+        assert_eq!(count("proposal_decisions"), decisions, "the editor's attempt records no decision");
+        assert_eq!(archived_at(&content_id), Some(archived), "still archived");
+        let pending = json(&format!("SELECT querylayer_api.list_proposals('pending') -> 0"));
+        assert_eq!(pending["proposal_id"], restore);
+        // The editor cannot reject it either (a decision of this type is the owner's or an admin's).
+        expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{restore}', 'reject')"), "QL403");
+        as_member(&admin);
+        let decided = json(&format!("SELECT querylayer_api.decide_proposal('{restore}', 'approve')"));
+        assert_eq!(decided["state"], "applied", "{decided}");
+        assert_eq!(decided["decision"]["member_role"], "admin");
+        assert_eq!(archived_at(&content_id), None);
+    }
+
     #[pg_test]
     fn the_server_assigns_risk_whatever_the_client_says() {
         let site = content_site();
@@ -894,6 +1033,66 @@ mod tests {
         ), "QL403");
     }
 
+    /// A plan step without its progress (state), to compare step definitions across versions.
+    fn step_definition(step: &Value) -> Value {
+        let mut s = step.clone();
+        s.as_object_mut().unwrap().remove("state");
+        s
+    }
+
+    #[pg_test]
+    fn replanning_supersedes_the_previous_version_and_hands_out_the_new_first_ready_step() {
+        let (site, _, turn) = console_turn("sess-6");
+        authenticate(&site.secret);
+        json("SELECT querylayer_api.claim_console_task()");
+        let first = json(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-6', 'Publish a pricing page', '{THREE_STEPS}')"
+        ));
+        assert_eq!(first["plan"]["version"], 1);
+        assert_eq!(first["step"]["key"], "draft");
+        let v1_id = first["plan"]["plan_id"].as_str().unwrap().to_string();
+        let v1_steps = first["plan"]["steps"].as_array().unwrap().clone();
+        // Version 2: its first step in order waits on the second, so the second is the ready one.
+        let second = json(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-6', 'Outline first', '[
+               {{\"key\": \"announce\", \"operation\": \"analysis\", \"instructions\": \"announce it\", \"depends_on\": [\"outline\"]}},
+               {{\"key\": \"outline\", \"operation\": \"research\", \"instructions\": \"outline it\"}}]')"
+        ));
+        let v2_id = second["plan"]["plan_id"].as_str().unwrap().to_string();
+        assert_ne!(v1_id, v2_id);
+        assert_eq!(second["plan"]["version"], 2);
+        assert_eq!(second["plan"]["state"], "active");
+        assert_eq!(second["status"], "running", "{second}");
+        assert_eq!(second["step"]["key"], "outline");
+        assert_eq!(second["step"]["state"], "running");
+        assert_eq!(second["step"]["step_id"], second["plan"]["steps"][1]["step_id"], "a step of version 2");
+        assert!(v1_steps.iter().all(|s| s["step_id"] != second["step"]["step_id"]));
+
+        as_member(&site.owner_token);
+        let turn_state = json(&format!("SELECT querylayer_api.console_get_turn('{turn}')"));
+        let plans = turn_state["plans"].as_array().unwrap();
+        assert_eq!(plans.len(), 2);
+        let (v1, v2) = (&plans[0], &plans[1]);
+        assert_eq!(v1["plan_id"], v1_id.as_str());
+        assert_eq!((v1["version"].as_i64().unwrap(), v1["state"].as_str().unwrap()), (1, "superseded"));
+        assert_eq!(v2["plan_id"], v2_id.as_str());
+        assert_eq!((v2["version"].as_i64().unwrap(), v2["state"].as_str().unwrap()), (2, "active"));
+        assert!(v2["version"].as_i64() > v1["version"].as_i64());
+        assert_eq!(v1["goal"], "Publish a pricing page", "version 1 is not rewritten");
+        // Version 1's steps keep their definitions (keys, operations, instructions, dependencies,
+        // ids and progress fields); only their state says they were superseded.
+        let after: Vec<Value> = v1["steps"].as_array().unwrap().iter().map(step_definition).collect();
+        let before: Vec<Value> = v1_steps.iter().map(step_definition).collect();
+        assert_eq!(after, before);
+        let keys: Vec<&str> =
+            v1["steps"].as_array().unwrap().iter().map(|s| s["key"].as_str().unwrap()).collect();
+        assert_eq!(keys, ["draft", "revise", "publish"]);
+        assert!(v1["steps"].as_array().unwrap().iter().all(|s| s["state"] == "superseded"), "{v1}");
+        let v2_states: Vec<&str> =
+            v2["steps"].as_array().unwrap().iter().map(|s| s["state"].as_str().unwrap()).collect();
+        assert_eq!(v2_states, ["pending", "running"]);
+    }
+
     #[pg_test]
     fn a_missing_session_fails_the_turn_closed() {
         let (site, _, turn) = console_turn("sess-5");
@@ -1038,6 +1237,85 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_vanished_source_opens_exactly_one_vanished_review() {
+        let site = content_site();
+        let (run, content, rev) = draft(&site.secret, "claims");
+        let sha = "a".repeat(64);
+        // Two claims of the draft ("T" and "B"): one source answers 404, the other 410.
+        let mut status_of = std::collections::HashMap::new();
+        for (claim, http) in [("T", 404), ("B", 410)] {
+            let ev = json(&format!(
+                "SELECT querylayer_api.record_claim_evidence('{run}', '{rev}', '{claim}', 'https://s.example/{claim}', '{claim}', now(), '{sha}')"
+            ));
+            status_of.insert(ev["evidence_id"].as_str().unwrap().to_string(), http);
+        }
+        Spi::run("SELECT querylayer_api.make_evidence_jobs_due('demo')").unwrap();
+        let mut attempts = 0;
+        for _ in 0..2 {
+            let jobs = json("SELECT querylayer_api.worker_claim_evidence_jobs(10)");
+            for job in jobs.as_array().unwrap() {
+                let id = job["job_id"].as_str().unwrap();
+                let http = status_of[job["evidence_id"].as_str().unwrap()];
+                let outcome = json(&format!(
+                    "SELECT querylayer_api.worker_record_evidence_attempt('{id}', {http}, NULL, 'Not Found')"
+                ));
+                assert_eq!(outcome["status"], "vanished", "{http}: {outcome}");
+                assert!(outcome["review_id"].is_string(), "{outcome}");
+                attempts += 1;
+            }
+        }
+        assert_eq!(attempts, 2, "a vanished source schedules no further job while its review is open");
+        // Even when a job is forced onto the 404 evidence (as an operator bringing one forward
+        // would), vanishing again opens no second review.
+        let (gone, _) = status_of.iter().find(|(_, h)| **h == 404).unwrap();
+        Spi::run(&format!(
+            "SELECT querylayer.schedule_evidence_job(id, site_id, now()) FROM querylayer.claim_evidence WHERE id = '{gone}'"
+        ))
+        .unwrap();
+        let jobs = json("SELECT querylayer_api.worker_claim_evidence_jobs(10)");
+        assert_eq!(jobs.as_array().unwrap().len(), 1, "{jobs}");
+        let again = json(&format!(
+            "SELECT querylayer_api.worker_record_evidence_attempt('{}', 404, NULL)",
+            jobs[0]["job_id"].as_str().unwrap()
+        ));
+        assert_eq!(again["status"], "vanished");
+        assert_eq!(again["review_id"], Value::Null, "the open review is not duplicated: {again}");
+        assert_eq!(count("evidence_attempts"), 3);
+        let per_evidence = json(
+            "SELECT jsonb_agg(jsonb_build_object('evidence_id', evidence_id, 'n', n, 'reasons', reasons))
+               FROM (SELECT evidence_id, count(*) AS n, array_agg(reason || '/' || state) AS reasons
+                       FROM querylayer.evidence_reviews GROUP BY evidence_id) r",
+        );
+        let per_evidence = per_evidence.as_array().unwrap();
+        assert_eq!(per_evidence.len(), 2, "{per_evidence:?}");
+        for r in per_evidence {
+            assert_eq!(r["n"], 1, "{r}");
+            assert_eq!(r["reasons"], serde_json::json!(["vanished/open"]), "{r}");
+        }
+        authenticate(&site.secret);
+        let state = json(&format!("SELECT querylayer_api.list_evidence_reverification('{content}')"));
+        assert_eq!(state.as_array().unwrap().len(), 2, "{state}");
+        for e in state.as_array().unwrap() {
+            assert_eq!(e["open_review"]["reason"], "vanished", "{state}");
+            assert_eq!(e["last_attempt"]["status"], "vanished", "{state}");
+            assert_eq!(e["due_job"], Value::Null, "{state}");
+        }
+        as_member(&site.owner_token);
+        let reviews = json("SELECT querylayer_api.console_list_evidence_reviews()");
+        let mut seen: Vec<i64> = reviews
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                assert_eq!(r["reason"], "vanished");
+                r["observed"]["http_status"].as_i64().unwrap()
+            })
+            .collect();
+        seen.sort();
+        assert_eq!(seen, [404, 410]);
+    }
+
+    #[pg_test]
     fn the_retention_purge_removes_old_rejected_events_and_keeps_the_aggregates() {
         let site = content_site();
         json(
@@ -1121,6 +1399,39 @@ mod tests {
         assert_eq!(denied, ["RestrictedDataBroker"]);
         assert_eq!(count("lineage_events"), 6);
         assert_eq!(count("attestations"), 6);
+    }
+
+    #[pg_test]
+    fn every_specialists_story_attestation_verifies_against_the_server_key() {
+        let site = content_site();
+        authenticate(&site.secret);
+        let story = json("SELECT querylayer_api.run_qglake_story()");
+        let specialists =
+            Spi::get_one::<i32>("SELECT jsonb_array_length(querylayer.story_roster()->'specialists')")
+                .unwrap()
+                .unwrap() as i64;
+        assert!(specialists > 1, "the roster has several specialists");
+        assert_eq!(story["responses"].as_array().unwrap().len() as i64, specialists);
+        let server_did = story["server_did"].as_str().unwrap();
+        assert_eq!(json("SELECT querylayer_api.server_keys()")["current"], server_did);
+        // The same check the answer test makes, over every story row, against the key the story
+        // names and against the key each attestation row points to.
+        let checked = json(&format!(
+            "SELECT jsonb_build_object(
+                 'rows', count(*),
+                 'agents', count(DISTINCT e.story_agent),
+                 'valid', count(*) FILTER (WHERE querylayer.attestation_valid(a.attestation, e.event::text, k.did_key)
+                                             AND querylayer.attestation_valid(a.attestation, e.event::text, '{server_did}')),
+                 'tampered_valid', count(*) FILTER (WHERE querylayer.attestation_valid(
+                                             a.attestation, replace(e.event::text, 'COMPLETE', 'COMPLETF'), k.did_key)))
+               FROM querylayer.lineage_events e JOIN querylayer.attestations a ON a.lineage_event_id = e.id
+               JOIN querylayer.server_keys k ON k.id = a.server_key_id
+              WHERE e.story_agent IS NOT NULL"
+        ));
+        assert_eq!(checked["rows"], specialists, "{checked}");
+        assert_eq!(checked["agents"], specialists, "one attested event per specialist: {checked}");
+        assert_eq!(checked["valid"], specialists, "every attestation verifies: {checked}");
+        assert_eq!(checked["tampered_valid"], 0, "{checked}");
     }
 
     #[pg_test]

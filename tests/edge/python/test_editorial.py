@@ -393,6 +393,20 @@ async def test_staging_is_deterministic_keeps_invalid_records_and_changes_nothin
         assert twin["resubmitted"] is False and twin["package_sha256"] == other["package"]["package_sha256"]
         assert twin["package_id"] != other["package"]["package_id"]
 
+        # Validation is deterministic: the same records staged afresh on the other site (a ledger
+        # of its own, so validated again rather than recognised) get the same checksums,
+        # warnings and problems.
+        async with client(other["secret"]) as oc:
+            other_run = (await call(oc, "querylayer_begin_run", {"run_type": "sources.stage"}))["run_id"]
+            afresh = await call(oc, "querylayer_stage_content_source_package", {
+                "run_id": other_run, "name": "pricing sources elsewhere", "records": records})
+        assert afresh["resubmitted"] is False and afresh["package_id"] != first["package_id"]
+        for key in ("package_sha256", "warnings", "record_count", "invalid_count"):
+            assert afresh[key] == first[key], key
+        verdicts = lambda package: [{k: r.get(k) for k in ("record_sha256", "valid", "problems", "warnings")}
+                                    for r in package["records"]]
+        assert verdicts(afresh) == verdicts(first)
+
         packages = (await call(c, "querylayer_list_content_source_packages", {"limit": 500}))["packages"]
         assert [p["package_id"] for p in packages].count(first["package_id"]) == 1
         assert other["package"]["package_id"] not in [p["package_id"] for p in packages]

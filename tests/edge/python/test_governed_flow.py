@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from harness import ALL_SCOPES, READ_TOOLS, WRITE_TOOLS, Console, mcp, member_token, mint, structured
+from harness import (ALL_SCOPES, READ_TOOLS, WRITE_TOOLS, Console, admin, issued, mcp, member_token, mint, structured,
+                     superuser_sql)
 
 pytestmark = pytest.mark.anyio
 
@@ -115,3 +116,29 @@ async def test_tools_publish_schemas_annotations_and_structured_output():
         assert tool.annotations.destructive_hint is False and tool.annotations.open_world_hint is False, name
     assert tools["querylayer_begin_run"].input_schema["required"] == ["run_type"]
     assert "run_id" in tools["querylayer_finish_run"].input_schema["required"]
+
+
+async def test_seed_demo_is_idempotent_and_issues_fresh_working_credentials():
+    census = (
+        "SELECT (SELECT count(*) FROM querylayer.organizations WHERE slug = 'demo'),"
+        " (SELECT count(*) FROM querylayer.sites WHERE slug = 'demo'),"
+        " (SELECT count(*) FROM querylayer.agents WHERE handle = 'demo-agent'),"
+        " (SELECT count(*) FROM querylayer.members WHERE handle = 'demo-owner'),"
+        " (SELECT count(*) FROM querylayer.semantic_models m JOIN querylayer.sites s ON s.id = m.site_id"
+        "   WHERE s.slug = 'demo'),"
+        " (SELECT count(*) FROM querylayer.rights_documents r JOIN querylayer.sites s ON s.id = r.site_id"
+        "   WHERE s.slug = 'demo')")
+    before = superuser_sql(census)
+    first, second = admin("seed-demo"), admin("seed-demo")
+    assert superuser_sql(census) == before and before.startswith("1|1|1|1|")
+    secrets = [first["connection"]["secret"], second["connection"]["secret"]]
+    tokens = [first["member_token"]["token"], second["member_token"]["token"]]
+    for credential in secrets + tokens:
+        issued(credential)
+    assert len(set(secrets)) == 2 and len(set(tokens)) == 2
+    for secret in secrets:
+        async with mcp(secret) as client:
+            context = structured(await client.call_tool("querylayer_site_context", {}))
+            assert context["site"]["slug"] == "demo" and context["agent"]["handle"] == "demo-agent"
+    for token in tokens:
+        assert Console(token).get("/proposals").status_code == 200

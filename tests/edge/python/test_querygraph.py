@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from querygraph.api_auth import governed_post, mint_envelope_header
 from querygraph.typedid import TypeDidAgent, TypeDidEnvelope
 
-from harness import ALL_SCOPES, BIN, EDGE_DB_URL, SECRETS, admin, issued, mcp, mint, structured
+from harness import ALL_SCOPES, BIN, EDGE_DB_URL, SECRETS, admin, issued, mcp, mint, structured, superuser_sql
 from querylayer_client import Key
 from querylayer_client import mint_envelope_header as mint_v2
 
@@ -215,6 +215,42 @@ def test_an_unbound_key_is_refused(governed_edge):
     assert checks["keyBound"] is False and checks["signatureValid"] is True
 
 
+def test_a_revoked_key_bound_connection_is_refused_at_once(governed_edge):
+    agent = fresh_agent()
+    connection = bind(agent.did_key())
+    assert governed_post(governed_edge, "/v1/answer", {"question": DEMO_QUESTION}, agent)["answer"] == DEMO_ANSWER
+    admin("revoke-connection", "--id", connection["connection_id"], "--reason", "key retired")
+    body = json.dumps({"question": DEMO_QUESTION}).encode()
+    r = httpx2.post(f"{governed_edge}/v1/answer", content=body,
+                    headers={"x-qg-envelope": mint_envelope_header(agent, path="/v1/answer", body=body)})
+    assert r.status_code == 401
+    checks = r.json()["receipt"]["checks"]
+    assert checks["keyBound"] is False and checks["signatureValid"] is True
+
+
+def receipts_of(sender: str) -> list[tuple[bool, str]]:
+    rows = superuser_sql("SELECT allowed, path FROM querylayer.envelope_receipts "
+                         f"WHERE sender = '{sender}' ORDER BY id")
+    return [(allowed == "t", path) for allowed, path in (row.split("|") for row in rows.splitlines())]
+
+
+def test_every_decision_is_kept_and_a_failed_request_spends_its_nonce(governed_edge, import_site):
+    key = Key.from_seed(f"receipts-{uuid.uuid4().hex}")
+    bind(key.did, site=import_site)
+    path = "/v1/models/import/osi"
+    # A valid envelope carrying a model the importer refuses: the route fails after the
+    # envelope was allowed. The receipt and the spent nonce stay; the model does not.
+    broken = json.dumps({"version": "0.1.1", "semantic_model": [{"name": "broken", "datasets": "not a list"}]})
+    headers = {"x-qg-envelope": mint_v2(key, path=path, body=broken), "content-type": "application/json"}
+    refused = httpx2.post(f"{governed_edge}{path}", content=broken, headers=headers)
+    assert refused.status_code == 400 and "datasets" in refused.text, refused.text
+    replay = httpx2.post(f"{governed_edge}{path}", content=broken, headers=headers)
+    assert replay.status_code == 401 and replay.json()["receipt"]["checks"]["nonceUnused"] is False
+    other = httpx2.post(f"{governed_edge}/v1/answer", content=broken, headers=headers)
+    assert other.status_code == 401
+    assert receipts_of(key.did) == [(True, path), (False, path), (False, "/v1/answer")]
+
+
 def test_governed_post_answers_the_demo_question(governed_edge):
     agent = fresh_agent()
     bind(agent.did_key())
@@ -347,6 +383,9 @@ def test_the_demo_answer_is_signed_lineage_anchored_and_verifiable():
     assert RESTRICTED not in [i["name"] for i in event["inputs"]]
     # The attestation verifies against the published key, and fails after any changed byte.
     text = answer["openlineage_text"]
+    published = subprocess.run([BIN, "agent-card"], env={**os.environ, "DATABASE_URL": EDGE_DB_URL},
+                               capture_output=True, text=True, check=True)
+    assert answer["server_did"] == json.loads(published.stdout)["provider"]["serverDid"]
     assert verify_attestation(answer["attestation"], text, answer["server_did"])
     for i in (0, len(text) // 2, len(text) - 1):
         changed = text[:i] + chr(ord(text[i]) ^ 1) + text[i + 1:]

@@ -1,23 +1,30 @@
 """`querylayer mcp-serve`: the same tools over stdio, as the connection in QUERYLAYER_TOKEN."""
 
 import os
+import pathlib
 
 import pytest
 from mcp import Client, StdioServerParameters
 
-from harness import BIN, EDGE_DB_URL, admin, mint, structured
+from harness import BIN, EDGE_DB_URL, SECRETS, admin, mint, structured
 
 pytestmark = pytest.mark.anyio
 
+# The server's log (stderr) goes next to the other edge logs, which the tier searches for every
+# secret it issued.
+LOG = pathlib.Path(SECRETS).parent / "edge-stdio.log"
+
 
 def server(secret):
-    env = {"PATH": os.environ.get("PATH", ""), "DATABASE_URL": EDGE_DB_URL, "QUERYLAYER_TOKEN": secret}
-    return StdioServerParameters(command=BIN, args=["mcp-serve"], env=env)
+    env = {"PATH": os.environ.get("PATH", ""), "DATABASE_URL": EDGE_DB_URL, "QUERYLAYER_TOKEN": secret,
+           "QUERYLAYER_LOG_FORMAT": "json", "BIN": BIN, "LOG": str(LOG)}
+    return StdioServerParameters(command="/bin/sh", args=["-c", 'exec "$BIN" mcp-serve 2>>"$LOG"'], env=env)
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_stdio_serves_the_connections_tools(mode):
     connection = mint(["site:read", "content:read", "runs:write"])
+    logged = LOG.stat().st_size if LOG.exists() else 0
     async with Client(server(connection["secret"]), mode=mode) as client:
         names = {t.name for t in (await client.list_tools()).tools}
         assert "querylayer_begin_run" in names and "querylayer_create_draft" not in names
@@ -25,6 +32,9 @@ async def test_stdio_serves_the_connections_tools(mode):
         assert context["connection"]["prefix"] == connection["prefix"]
         run = structured(await client.call_tool("querylayer_begin_run", {"run_type": "stdio.check"}))
         assert run["connection_id"] == connection["connection_id"]
+    with LOG.open(encoding="utf-8") as log:
+        log.seek(logged)
+        assert '"tool":"querylayer_begin_run"' in log.read(), "mcp-serve's log lines reach the searched log"
 
 
 async def test_stdio_with_a_revoked_secret_lists_nothing():
