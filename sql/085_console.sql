@@ -39,6 +39,15 @@ DECLARE
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
     v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
+    -- A did:key is public. A member may bind a key that is new or already their organization's;
+    -- one that another organization has used only an operator binds, so no site can take over
+    -- another organization's agent key while that organization's binding is not live.
+    IF p_did IS NOT NULL AND EXISTS (
+        SELECT 1 FROM unnest(querylayer.did_key_organizations(p_did)) AS o(id)
+         WHERE o.id <> querylayer.ctx_organization_id()) THEN
+        RAISE EXCEPTION 'did:key % cannot be bound from the console', p_did USING ERRCODE = 'QL409',
+            HINT = 'ask an operator to bind it (querylayer admin create-connection --did)';
+    END IF;
     RETURN querylayer.issue_connection(querylayer.ctx_site_id(), v_agent.id, p_name, p_scopes, p_expires_at,
                                        p_harness, 'member:' || querylayer.ctx_member_id(), p_did);
 END

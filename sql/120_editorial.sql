@@ -151,6 +151,16 @@ BEGIN
                 RAISE EXCEPTION '%.op must be add_topic, attach_page or plan_page', v_path USING ERRCODE = '22023';
         END CASE;
     END LOOP;
+    -- The opportunities a proposal says it reconciles (their state follows its decision, and
+    -- its brief cites them) are exactly ones its own plan_page changes plan.
+    IF p_payload ? 'opportunity_ids' AND (jsonb_typeof(p_payload->'opportunity_ids') <> 'array' OR EXISTS (
+           SELECT 1 FROM jsonb_array_elements(p_payload->'opportunity_ids') AS claimed(id)
+            WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_payload->'changes') AS planned(change)
+                               WHERE planned.change->>'op' = 'plan_page'
+                                 AND lower(planned.change->>'opportunity_id') = lower(claimed.id #>> '{}')))) THEN
+        RAISE EXCEPTION 'payload.opportunity_ids: each must be the opportunity_id of one of the proposal''s plan_page changes'
+            USING ERRCODE = '22023';
+    END IF;
 END
 $$;
 

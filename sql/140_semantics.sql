@@ -455,6 +455,11 @@ BEGIN
     SELECT * INTO v_rights FROM querylayer.rights_documents
      WHERE site_id = querylayer.ctx_site_id() AND document->'odrl'->>'uid' = 'urn:querylayer:policy:resilience-desk-story'
      ORDER BY version DESC LIMIT 1;
+    IF v_rights.id IS NULL THEN
+        -- No rights the site's operator loaded: nothing is decided under rights nobody chose.
+        RAISE EXCEPTION 'this site has no rights for the story (policy urn:querylayer:policy:resilience-desk-story)'
+            USING ERRCODE = 'QL404', HINT = 'querylayer admin seed-demo loads them on the demo site; import_rights elsewhere';
+    END IF;
     v_run := querylayer.run_story(v_rights.document, v_key.secret, querylayer.utc_text(clock_timestamp()));
     FOR r IN SELECT * FROM jsonb_array_elements(v_run->'responses') LOOP
         PERFORM querylayer.record_receipts(jsonb_build_array(r->'receipt'), 'story', v_run->'prompt'->>'purpose', NULL, v_rights.id);

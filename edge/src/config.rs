@@ -44,6 +44,16 @@ pub struct ServeArgs {
     #[arg(long, env = "QUERYLAYER_RATE_BURST", default_value_t = 60)]
     pub rate_burst: u32,
 
+    /// Failed authentications (answers 401) per second a peer address may make on average;
+    /// beyond its burst it is answered 429 before any database work. 0 disables the budget
+    /// (behind a reverse proxy every client shares the proxy's address).
+    #[arg(long, env = "QUERYLAYER_AUTH_FAILURE_RATE", default_value_t = 2.0)]
+    pub auth_failure_rate: f64,
+
+    /// How many failed authentications a peer address may make at once.
+    #[arg(long, env = "QUERYLAYER_AUTH_FAILURE_BURST", default_value_t = 60)]
+    pub auth_failure_burst: u32,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "QUERYLAYER_MAX_BODY_BYTES", default_value_t = 2 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -79,8 +89,9 @@ pub struct ServeArgs {
     #[arg(long, env = "QUERYLAYER_LLM_MODEL", requires = "llm_url")]
     pub llm_model: Option<String>,
 
-    /// How long the LLM may take, in seconds.
-    #[arg(long, env = "QUERYLAYER_LLM_TIMEOUT", default_value_t = 60)]
+    /// How long the LLM may take, in seconds; shorter than the request timeout, so a slow LLM
+    /// ends as an error that keeps the receipt rather than as a dropped request.
+    #[arg(long, env = "QUERYLAYER_LLM_TIMEOUT", default_value_t = 20)]
     pub llm_timeout_secs: u64,
 }
 
@@ -94,6 +105,8 @@ pub struct HttpConfig {
     pub request_timeout: Duration,
     pub rate_limit_per_sec: f64,
     pub rate_burst: u32,
+    pub auth_failure_rate: f64,
+    pub auth_failure_burst: u32,
     /// Serve the envelope-authenticated `/v1` API.
     pub require_auth: bool,
     /// The LLM that writes answers, if configured.
@@ -124,6 +137,13 @@ impl HttpConfig {
         let mut origins: Vec<String> = DEFAULT_ORIGINS.iter().map(|s| s.to_string()).collect();
         origins.push(format!("{scheme}://{authority}"));
         origins.extend(args.allowed_origins.iter().cloned());
+        if args.llm_url.is_some() && args.llm_timeout_secs >= args.request_timeout_secs {
+            return Err(format!(
+                "--llm-timeout-secs ({}) must be shorter than --request-timeout-secs ({}): a request \
+                 cut off while the LLM writes would lose its receipt",
+                args.llm_timeout_secs, args.request_timeout_secs
+            ));
+        }
         Ok(HttpConfig {
             public_url,
             allow: AllowList::new(&hosts, &origins)?,
@@ -131,6 +151,8 @@ impl HttpConfig {
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             rate_limit_per_sec: args.rate_limit,
             rate_burst: args.rate_burst,
+            auth_failure_rate: args.auth_failure_rate,
+            auth_failure_burst: args.auth_failure_burst,
             require_auth: args.require_auth,
             llm: match (&args.llm_url, &args.llm_model) {
                 (Some(url), Some(model)) => Some(crate::llm::Llm::new(crate::llm::LlmConfig {

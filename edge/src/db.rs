@@ -290,13 +290,15 @@ impl Db {
     /// connection inside a savepoint; COMMIT. The receipt (and a v2 envelope's spent nonce) is
     /// committed whatever happens next: every decision is recorded, and an envelope whose
     /// request failed cannot be replayed. A refusal of `steps` rolls back to the savepoint and
-    /// is the caller's error.
+    /// is the caller's error. `admit` sees the allowed receipt (its `context.connection_id` is the
+    /// verified connection) before `steps` run; refusing there (a rate limit) keeps the receipt.
     pub async fn with_envelope(
         &self,
         header: Option<&str>,
         method: &str,
         path: &str,
         body_sha256: &[u8],
+        admit: impl FnOnce(&Value) -> Result<(), Error>,
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
     ) -> Result<EnvelopeOutcome, Error> {
         let mut client = self.client().await?;
@@ -310,6 +312,10 @@ impl Db {
         if receipt.get("allowed").and_then(Value::as_bool) != Some(true) {
             tx.commit().await.map_err(|e| Error::from_db(&e))?;
             return Ok(EnvelopeOutcome::Denied(receipt));
+        }
+        if let Err(refusal) = admit(&receipt) {
+            tx.commit().await.map_err(|e| Error::from_db(&e))?;
+            return Err(refusal);
         }
         let savepoint = tx.savepoint("governed_steps").await.map_err(|e| Error::from_db(&e))?;
         let outcome = match steps(&savepoint).await {

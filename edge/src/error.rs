@@ -161,7 +161,8 @@ impl Error {
         if self.status.is_server_error() {
             tracing::error!(code = self.code, status = self.status.as_u16(), detail = ?self.detail, "{what} failed");
         } else {
-            tracing::info!(code = self.code, status = self.status.as_u16(), message = %self.message, "{what} refused");
+            // Not the message: it may quote the caller's input (a refused value, a parse error).
+            tracing::info!(code = self.code, status = self.status.as_u16(), "{what} refused");
         }
     }
 

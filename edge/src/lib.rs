@@ -34,7 +34,7 @@ use tower_http::timeout::TimeoutLayer;
 use crate::config::HttpConfig;
 use crate::db::Db;
 use crate::error::Error;
-use crate::limits::RateLimiter;
+use crate::limits::{FailureBudget, RateLimiter};
 
 /// Everything a request may use. Cloned per request; holds no per-client state beyond the
 /// rate limiter's buckets.
@@ -43,12 +43,14 @@ pub struct AppState {
     pub db: Db,
     pub config: Arc<HttpConfig>,
     pub limiter: Arc<RateLimiter>,
+    pub auth_failures: Arc<FailureBudget>,
 }
 
 impl AppState {
     pub fn new(db: Db, config: HttpConfig) -> Self {
         let limiter = Arc::new(RateLimiter::new(config.rate_limit_per_sec, config.rate_burst));
-        AppState { db, config: Arc::new(config), limiter }
+        let auth_failures = Arc::new(FailureBudget::new(config.auth_failure_rate, config.auth_failure_burst));
+        AppState { db, config: Arc::new(config), limiter, auth_failures }
     }
 }
 
@@ -58,8 +60,9 @@ pub fn app(state: AppState) -> Router {
     if state.config.require_auth {
         governed = governed.merge(v1::router());
     }
-    let guarded =
-        governed.route_layer(middleware::from_fn_with_state(state.clone(), limits::check_host_and_origin));
+    let guarded = governed
+        .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_auth_failures))
+        .route_layer(middleware::from_fn_with_state(state.clone(), limits::check_host_and_origin));
     Router::new()
         .merge(guarded)
         .merge(auth::router())
@@ -67,6 +70,8 @@ pub fn app(state: AppState) -> Router {
         .route("/.well-known/agent-card.json", axum::routing::get(v1::agent_card))
         .fallback(|| async { Error::not_found("no such endpoint").into_response() })
         .layer(middleware::from_fn(log_request))
+        // One body limit, the operator's: axum's own 2 MiB default for extractors is lifted.
+        .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(RequestBodyLimitLayer::new(state.config.max_body_bytes))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,

@@ -1,12 +1,15 @@
 //! Request guards that hold no authority: the Host and Origin allow-lists (DNS rebinding and
-//! cross-origin browsers) and the per-credential rate limit. The rate limit is an in-memory
-//! token bucket per edge instance: N instances admit up to N times the configured rate.
+//! cross-origin browsers), the per-credential rate limit, and the per-address budget of failed
+//! authentications. Both limits are in-memory token buckets per edge instance: N instances admit
+//! up to N times the configured rate.
 
 use std::collections::HashMap;
+use std::hash::Hash;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -62,52 +65,103 @@ pub async fn limit_connection(State(state): State<AppState>, request: Request, n
     next.run(request).await
 }
 
+/// Middleware in front of every credential check (`/mcp`, the console, `/v1`): a peer address
+/// whose failed authentications (answers 401) have used up their budget is answered 429 before
+/// any database work, so a stream of bad secrets cannot fill the audit log or the pool. Behind a
+/// reverse proxy every client shares the proxy's address: raise the budget or set its rate to 0.
+pub async fn limit_auth_failures(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    if let Some(peer) = peer {
+        if let Err(retry_after) = state.auth_failures.admits(&peer) {
+            tracing::warn!(peer = %peer, "refused a request from an address over its failed-authentication budget");
+            return Error::rate_limited(retry_after)
+                .with_hint(
+                    "too many failed authentications from this address; wait, then use a valid credential",
+                )
+                .into_response();
+        }
+    }
+    let response = next.run(request).await;
+    if let Some(peer) = peer.filter(|_| response.status() == StatusCode::UNAUTHORIZED) {
+        let _ = state.auth_failures.check(peer);
+    }
+    response
+}
+
 struct Bucket {
     tokens: f64,
     at: Instant,
 }
 
-pub struct RateLimiter {
+/// Token buckets by key (a credential's id, a peer address).
+pub struct RateLimiter<K = Uuid> {
     per_sec: f64,
     burst: f64,
-    buckets: Mutex<HashMap<Uuid, Bucket>>,
+    buckets: Mutex<HashMap<K, Bucket>>,
 }
 
 /// Buckets kept before idle (full) ones are swept.
 const SWEEP_AT: usize = 10_000;
 
-impl RateLimiter {
+impl<K: Hash + Eq> RateLimiter<K> {
     /// `per_sec` 0 (or less) admits everything.
     pub fn new(per_sec: f64, burst: u32) -> Self {
         RateLimiter { per_sec, burst: f64::from(burst.max(1)), buckets: Mutex::new(HashMap::new()) }
     }
 
     /// Takes one token for `key`, or says after how many seconds one will be there.
-    pub fn check(&self, key: Uuid) -> Result<(), u64> {
+    pub fn check(&self, key: K) -> Result<(), u64> {
         self.check_at(key, Instant::now())
     }
 
-    fn check_at(&self, key: Uuid, now: Instant) -> Result<(), u64> {
+    /// Whether `key` has a token now, without taking it.
+    pub fn admits(&self, key: &K) -> Result<(), u64> {
+        self.admits_at(key, Instant::now())
+    }
+
+    fn refilled(&self, bucket: &Bucket, now: Instant) -> f64 {
+        (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * self.per_sec).min(self.burst)
+    }
+
+    fn wait_for(&self, tokens: f64) -> u64 {
+        ((1.0 - tokens) / self.per_sec).ceil().max(1.0) as u64
+    }
+
+    fn admits_at(&self, key: &K, now: Instant) -> Result<(), u64> {
+        if self.per_sec <= 0.0 {
+            return Ok(());
+        }
+        let buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        match buckets.get(key).map(|b| self.refilled(b, now)) {
+            Some(tokens) if tokens < 1.0 => Err(self.wait_for(tokens)),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_at(&self, key: K, now: Instant) -> Result<(), u64> {
         if self.per_sec <= 0.0 {
             return Ok(());
         }
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if buckets.len() >= SWEEP_AT {
-            let (per_sec, burst) = (self.per_sec, self.burst);
-            buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * per_sec < burst);
+            buckets.retain(|_, b| self.refilled(b, now) < self.burst);
         }
-        let bucket = buckets.entry(key).or_insert(Bucket { tokens: self.burst, at: now });
-        bucket.tokens =
-            (bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * self.per_sec).min(self.burst);
+        let burst = self.burst;
+        let bucket = buckets.entry(key).or_insert(Bucket { tokens: burst, at: now });
+        let tokens = self.refilled(bucket, now);
         bucket.at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
+        if tokens >= 1.0 {
+            bucket.tokens = tokens - 1.0;
             Ok(())
         } else {
-            Err(((1.0 - bucket.tokens) / self.per_sec).ceil().max(1.0) as u64)
+            bucket.tokens = tokens;
+            Err(self.wait_for(tokens))
         }
     }
 }
+
+/// The failed-authentication budget, by peer address.
+pub type FailureBudget = RateLimiter<IpAddr>;
 
 #[cfg(test)]
 mod tests {
@@ -125,6 +179,21 @@ mod tests {
         assert_eq!(limiter.check_at(key, t0), Err(1));
         assert!(limiter.check_at(key, t0 + Duration::from_millis(600)).is_ok());
         assert!(limiter.check_at(Uuid::new_v4(), t0).is_ok(), "buckets are per key");
+    }
+
+    #[test]
+    fn asking_whether_a_key_is_admitted_takes_no_token() {
+        let budget: FailureBudget = RateLimiter::new(1.0, 2);
+        let peer: IpAddr = "192.0.2.7".parse().unwrap();
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            assert!(budget.admits_at(&peer, t0).is_ok(), "an unknown address is admitted");
+        }
+        assert!(budget.check_at(peer, t0).is_ok() && budget.check_at(peer, t0).is_ok());
+        assert_eq!(budget.admits_at(&peer, t0), Err(1), "two failures used the budget");
+        assert_eq!(budget.check_at(peer, t0), Err(1));
+        assert!(budget.admits_at(&peer, t0 + Duration::from_millis(1100)).is_ok(), "and it refills");
+        assert!(budget.admits_at(&"192.0.2.8".parse().unwrap(), t0).is_ok(), "per address");
     }
 
     #[test]

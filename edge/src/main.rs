@@ -138,7 +138,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = stop_tx.send(true);
     });
     let mut graceful = stop_rx.clone();
-    let server = axum::serve(listener, app(AppState::new(db, config))).with_graceful_shutdown(async move {
+    let server = axum::serve(
+        listener,
+        app(AppState::new(db, config)).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
         let _ = graceful.wait_for(|stop| *stop).await;
     });
     let mut deadline = stop_rx;

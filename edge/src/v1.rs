@@ -47,16 +47,6 @@ fn envelope_header(headers: &HeaderMap) -> Option<String> {
         .filter(|v| !v.trim().is_empty())
 }
 
-/// The per-credential rate limit, keyed before the database is asked: by the envelope's sender
-/// (a stable key for one did:key), or by nothing at all for a missing or unreadable header.
-fn rate_key(header: Option<&str>) -> uuid::Uuid {
-    let sender = header
-        .and_then(|h| serde_json::from_str::<Value>(h).ok())
-        .and_then(|v| v.get("sender").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_default();
-    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, format!("x-qg-envelope:{sender}").as_bytes())
-}
-
 /// Runs one governed route: envelope authentication, then `steps` as the bound connection.
 async fn governed(
     state: &AppState,
@@ -67,13 +57,22 @@ async fn governed(
     steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
 ) -> Response {
     let header = envelope_header(headers);
-    if let Err(retry) = state.limiter.check(rate_key(header.as_deref())) {
-        return Error::rate_limited(retry).into_response();
-    }
     let path = uri.path();
     let body_sha256 = Sha256::digest(body);
-    let outcome =
-        state.db.with_envelope(header.as_deref(), method.as_str(), path, body_sha256.as_slice(), steps).await;
+    // The per-connection rate limit, keyed on the connection the database verified (never on
+    // what the unverified header claims, which anyone could use to exhaust another's bucket).
+    let admit = |receipt: &Value| {
+        let connection =
+            receipt["context"]["connection_id"].as_str().and_then(|id| id.parse::<uuid::Uuid>().ok());
+        match connection {
+            Some(connection) => state.limiter.check(connection).map_err(Error::rate_limited),
+            None => Err(Error::internal("an allowed envelope receipt names no connection")),
+        }
+    };
+    let outcome = state
+        .db
+        .with_envelope(header.as_deref(), method.as_str(), path, body_sha256.as_slice(), admit, steps)
+        .await;
     match outcome {
         Ok(EnvelopeOutcome::Allowed { value, .. }) => (StatusCode::OK, Json(value)).into_response(),
         Ok(EnvelopeOutcome::Denied(receipt)) => {

@@ -21,6 +21,8 @@ fn state() -> AppState {
         allowed_origins: vec!["https://console.example.com".into()],
         rate_limit: 20.0,
         rate_burst: 60,
+        auth_failure_rate: 2.0,
+        auth_failure_burst: 60,
         max_body_bytes: 1024,
         request_timeout_secs: 30,
         statement_timeout_secs: 20,

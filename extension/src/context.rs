@@ -433,6 +433,22 @@ pub(crate) fn did_key_is_live(did_sha256: &[u8]) -> bool {
     live
 }
 
+/// The organizations whose connections were ever bound to this did:key (live or not). The
+/// bindings are visible only while their key is the one presented, as during resolution.
+pub(crate) fn did_key_organizations(did_sha256: &[u8]) -> Vec<Uuid> {
+    PRESENTED.with(|p| *p.borrow_mut() = Some(did_sha256.to_vec()));
+    let found = Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT DISTINCT organization_id FROM querylayer.did_bindings WHERE did_sha256 = $1",
+            None,
+            &[did_sha256.into()],
+        )?;
+        rows.map(|row| row.get::<Uuid>(1)).collect::<Result<Vec<_>, _>>()
+    });
+    PRESENTED.with(|p| p.borrow_mut().take());
+    found.unwrap_or_else(|e| error!("querylayer: binding lookup failed: {e}")).into_iter().flatten().collect()
+}
+
 /// Classifies a credential that failed to authenticate and appends an audit record for it.
 /// Runs in its own transaction (the failed one rolled back). Records nothing for a live one.
 pub fn record_failure(credential: Credential, fingerprint: &[u8], channel: &str) -> bool {

@@ -171,6 +171,12 @@ fn did_key_in_use(did: &str) -> bool {
     context::did_key_is_live(&did_sha256(did))
 }
 
+/// The organizations whose connections were ever bound to the did:key.
+#[pg_extern(volatile, parallel_unsafe)]
+fn did_key_organizations(did: &str) -> Vec<pgrx::Uuid> {
+    context::did_key_organizations(&did_sha256(did))
+}
+
 /// The canonical JSON text of a jsonb value and its SHA-256, as envelopes hash payloads.
 #[pg_extern(immutable, parallel_safe)]
 fn canonical_sha256(value: JsonB) -> String {

@@ -44,6 +44,7 @@ extension_sql_file!(
         envelopes::did_key_valid,
         envelopes::did_key_sha256,
         envelopes::did_key_in_use,
+        envelopes::did_key_organizations,
         envelopes::canonical_sha256
     ]
 );

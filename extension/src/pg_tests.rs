@@ -782,6 +782,55 @@ mod tests {
         .unwrap();
     }
 
+    /// As the operator: binds `did` to a demo connection, then revokes that connection.
+    fn bind_then_revoke(did: &str) {
+        let bound = json(&format!(
+            "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'key', '{{site:read}}',
+               now() + interval '1 hour', 'generic', '{did}', false)"
+        ));
+        let id = bound["connection_id"].as_str().unwrap();
+        Spi::run(&format!("SELECT querylayer_api.revoke_connection('{id}')")).unwrap();
+    }
+
+    fn console_bind(agent: &str, name: &str, did: &str) -> String {
+        format!(
+            "SELECT querylayer_api.console_create_connection('{agent}', '{name}', '{{site:read}}',
+               now() + interval '1 hour', 'generic', '{did}')"
+        )
+    }
+
+    #[pg_test]
+    fn a_member_cannot_bind_a_did_key_another_organization_has_used() {
+        let v1 = &envelope_vectors()["v1"];
+        let (used, fresh) = (v1[0]["did_key"].as_str().unwrap(), v1[1]["did_key"].as_str().unwrap());
+        assert_ne!(used, fresh);
+        demo_secret();
+        bind_then_revoke(used);
+        Spi::run("SELECT querylayer_api.create_organization('o2')").unwrap();
+        Spi::run("SELECT querylayer_api.create_site('o2', 's2')").unwrap();
+        Spi::run("SELECT querylayer_api.create_member('o2', 'm2')").unwrap();
+        Spi::run("SELECT querylayer_api.set_member_role('s2', 'm2', 'owner')").unwrap();
+        Spi::run("SELECT querylayer_api.create_agent('o2', 'a2')").unwrap();
+        Spi::run("SELECT querylayer_api.grant_agent_scopes('s2', 'a2', '{site:read}')").unwrap();
+        let token =
+            json("SELECT querylayer_api.create_member_token('s2', 'm2', 't', now() + interval '1 hour')");
+        as_member(token["token"].as_str().unwrap());
+        // Demo's key is not live any more, yet another organization's owner cannot take it over.
+        expect_sqlstate(&console_bind("a2", "taken", used), "QL409");
+        let own = json(&console_bind("a2", "new key", fresh));
+        assert_eq!(own["did"], fresh);
+    }
+
+    #[pg_test]
+    fn a_member_can_rebind_a_key_of_their_own_organization() {
+        let used = envelope_vectors()["v1"][0]["did_key"].as_str().unwrap().to_string();
+        let seeded = json("SELECT querylayer_api.seed_demo()");
+        bind_then_revoke(&used);
+        as_member(seeded["member_token"]["token"].as_str().unwrap());
+        let again = json(&console_bind("demo-agent", "key again", &used));
+        assert_eq!(again["did"], used.as_str());
+    }
+
     fn now_rfc3339(offset_seconds: i64) -> String {
         text(&format!(
             "SELECT to_char((clock_timestamp() + interval '{offset_seconds} seconds') AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"

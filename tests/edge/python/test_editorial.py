@@ -287,6 +287,12 @@ async def test_strategy_opportunities_become_one_proposal_and_an_approval_commis
         await refused(c, "querylayer_list_topical_strategy_opportunities", {"state": "hot"}, "invalid_argument", "state")
         await refused(c, "querylayer_list_topical_strategy_opportunities", {"limit": 0}, "invalid_argument", "limit")
         await refused(c, "querylayer_list_topical_map", {"site": "other"}, "invalid_argument", "site")
+        # A hand-made topical_map proposal cannot claim to reconcile opportunities it does not plan.
+        await refused(c, "querylayer_create_proposal", {
+            "run_id": run, "type": "topical_map", "payload": {
+                "opportunity_ids": [known["opportunity_id"]],
+                "changes": [{"op": "add_topic", "slug": f"unrelated-{RUN}", "title": "Unrelated"}]}},
+            "invalid_argument", "opportunity_ids")
         proposal = await call(c, "querylayer_propose_topical_strategy_opportunities", {
             "run_id": run, "opportunity_ids": [known["opportunity_id"], fresh["opportunity_id"]],
             "summary": "two pricing pages"})

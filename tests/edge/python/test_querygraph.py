@@ -28,7 +28,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from querygraph.api_auth import governed_post, mint_envelope_header
 from querygraph.typedid import TypeDidAgent, TypeDidEnvelope
 
-from harness import ALL_SCOPES, BIN, EDGE_DB_URL, SECRETS, admin, issued, mcp, mint, structured, superuser_sql
+from harness import (ALL_SCOPES, BIN, EDGE_DB_URL, SECRETS, admin, issued, mcp, member_token, mint, structured,
+                     superuser_sql)
 from querylayer_client import Key
 from querylayer_client import mint_envelope_header as mint_v2
 
@@ -55,11 +56,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_edge(name: str, *flags: str):
+def start_edge(name: str, *flags: str, rate_limit: str = "0"):
     port = free_port()
     log = open(LOGS / f"{name}.log", "w")
     proc = subprocess.Popen(
-        [BIN, "--log-format", "json", "serve", "--port", str(port), "--rate-limit", "0", *flags],
+        [BIN, "--log-format", "json", "serve", "--port", str(port), "--rate-limit", rate_limit, *flags],
         env={**os.environ, "DATABASE_URL": EDGE_DB_URL}, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
@@ -249,6 +250,56 @@ def test_every_decision_is_kept_and_a_failed_request_spends_its_nonce(governed_e
     other = httpx2.post(f"{governed_edge}/v1/answer", content=broken, headers=headers)
     assert other.status_code == 401
     assert receipts_of(key.did) == [(True, path), (False, path), (False, "/v1/answer")]
+
+
+def test_the_v1_rate_limit_is_keyed_on_the_verified_connection_not_the_claimed_sender():
+    proc, url = start_edge("edge-v1-limit", "--require-auth", "--rate-burst", "2", rate_limit="0.2")
+    try:
+        key = Key.from_seed(f"limited-{uuid.uuid4().hex}")
+        bind(key.did)
+        body = json.dumps({"question": "budget headroom"})
+        # Headers another key signed while claiming this key's did:key cannot spend its bucket.
+        for _ in range(5):
+            forged = json.loads(mint_v2(Key.from_seed(f"forger-{uuid.uuid4().hex}"), path="/v1/answer", body=body))
+            forged["sender"] = key.did
+            r = httpx2.post(f"{url}/v1/answer", content=body, headers={"x-qg-envelope": json.dumps(forged)})
+            assert r.status_code == 401 and r.json()["receipt"]["checks"]["senderMatchesVerificationMethod"] is False
+
+        def send():
+            return httpx2.post(f"{url}/v1/answer", content=body, headers={
+                "x-qg-envelope": mint_v2(key, path="/v1/answer", body=body), "content-type": "application/json"})
+
+        assert [send().status_code for _ in range(2)] == [200, 200]
+        third = send()
+        assert third.status_code == 429 and third.json()["error"]["code"] == "rate_limited"
+        assert int(third.headers["retry-after"]) >= 1
+        # The over-limit request was still a decision: its receipt is kept.
+        assert [allowed for allowed, _ in receipts_of(key.did)] == [False] * 5 + [True] * 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_an_address_over_its_failed_authentication_budget_waits_before_any_database_work():
+    proc, url = start_edge("edge-auth-budget", "--require-auth", "--auth-failure-burst", "3",
+                           "--auth-failure-rate", "0.1")
+    tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"accept": "application/json, text/event-stream", "authorization": "Bearer qlc_not_a_secret"}
+    try:
+        assert [httpx2.post(f"{url}/mcp", json=tools_list, headers=headers).status_code for _ in range(3)] == [401] * 3
+        refused = httpx2.post(f"{url}/mcp", json=tools_list, headers=headers)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
+        assert int(refused.headers["retry-after"]) >= 1
+        # The budget is the address's, on every credential check: /v1 and the console wait too,
+        # even with a valid token, until it refills.
+        assert httpx2.post(f"{url}/v1/answer", json={"question": "?"}).status_code == 429
+        console = httpx2.get(f"{url}/api/console/proposals", headers={"authorization": f"Bearer {member_token()}"})
+        assert console.status_code == 429
+        # Public endpoints are not credential checks.
+        assert httpx2.get(f"{url}/.well-known/agent-card.json").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 def test_governed_post_answers_the_demo_question(governed_edge):
