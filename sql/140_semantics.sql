@@ -248,17 +248,15 @@ BEGIN
 END
 $$;
 
--- -------------------------------------------------------------------------------------------
--- The callable surface (connection context). Reading the plane needs content:read; importing a
--- model needs content:write. Every decision made for the caller is a receipt.
-
-CREATE FUNCTION querylayer_api.import_semantic_model(p_document text) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- Validates an OSI document and stores it as the site's next model version: the one path for
+-- agents (import_semantic_model) and operators (import_semantic_model_as_operator).
+CREATE FUNCTION querylayer.store_semantic_model(p_site_id uuid, p_document text, p_imported_by text,
+                                                p_connection_id uuid) RETURNS jsonb
+LANGUAGE plpgsql AS $$
 DECLARE
     v_parsed jsonb;
     v        querylayer.semantic_models;
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
     IF p_document IS NULL OR length(p_document) > 5000000 THEN
         RAISE EXCEPTION 'document: an OSI document of at most 5 MB is required' USING ERRCODE = '22023';
     END IF;
@@ -269,15 +267,28 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     INSERT INTO querylayer.semantic_models (site_id, version, name, document, source_sha256, imported_by, connection_id)
-    VALUES (querylayer.ctx_site_id(),
-            coalesce((SELECT max(version) FROM querylayer.semantic_models WHERE site_id = querylayer.ctx_site_id()), 0) + 1,
+    VALUES (p_site_id,
+            coalesce((SELECT max(version) FROM querylayer.semantic_models WHERE site_id = p_site_id), 0) + 1,
             v_parsed->>'name', v_parsed->'model', encode(sha256(convert_to(p_document, 'UTF8')), 'hex'),
-            'connection:' || querylayer.ctx_connection_id(), querylayer.ctx_connection_id())
+            p_imported_by, p_connection_id)
     RETURNING * INTO v;
     PERFORM querylayer.audit('semantics.import_model', v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
     RETURN jsonb_build_object('model_id', v.id, 'name', v.name, 'version', v.version, 'source_sha256', v.source_sha256,
         'datasets', jsonb_array_length(v.document->'semantic_model'->'datasets'),
         'metrics', jsonb_array_length(v.document->'semantic_model'->'metrics'), 'imported_at', v.imported_at);
+END
+$$;
+
+-- -------------------------------------------------------------------------------------------
+-- The callable surface (connection context). Reading the plane needs content:read; importing a
+-- model needs content:write. Every decision made for the caller is a receipt.
+
+CREATE FUNCTION querylayer_api.import_semantic_model(p_document text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection('content:write');
+    RETURN querylayer.store_semantic_model(querylayer.ctx_site_id(), p_document,
+                                           'connection:' || querylayer.ctx_connection_id(), querylayer.ctx_connection_id());
 END
 $$;
 
@@ -556,24 +567,13 @@ $$;
 CREATE FUNCTION querylayer_api.import_semantic_model_as_operator(p_site text, p_document text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_site   querylayer.sites;
-    v_parsed jsonb := querylayer.osi_parse(p_document);
-    v        querylayer.semantic_models;
+    v_site querylayer.sites;
 BEGIN
     PERFORM querylayer.enter_operator(NULL);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
-    IF NOT (v_parsed->>'ok')::boolean THEN
-        RAISE EXCEPTION 'the OSI document is invalid: %',
-            (SELECT string_agg(e, '; ') FROM jsonb_array_elements_text(v_parsed->'errors') e) USING ERRCODE = '22023';
-    END IF;
-    INSERT INTO querylayer.semantic_models (site_id, version, name, document, source_sha256, imported_by)
-    VALUES (v_site.id, coalesce((SELECT max(version) FROM querylayer.semantic_models WHERE site_id = v_site.id), 0) + 1,
-            v_parsed->>'name', v_parsed->'model', encode(sha256(convert_to(p_document, 'UTF8')), 'hex'),
-            'operator:' || querylayer.outer_user())
-    RETURNING * INTO v;
-    PERFORM querylayer.audit('semantics.import_model', v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
-    RETURN jsonb_build_object('model_id', v.id, 'site', v_site.slug, 'name', v.name, 'version', v.version);
+    RETURN querylayer.store_semantic_model(v_site.id, p_document, 'operator:' || querylayer.outer_user(), NULL)
+        || jsonb_build_object('site', v_site.slug);
 END
 $$;
 

@@ -61,14 +61,32 @@ impl FromRequestParts<AppState> for Member {
 
 impl Member {
     /// BEGIN; authenticate_member; rate limit; the call (or none: the member's own context); COMMIT.
-    async fn call(&self, state: &AppState, call: Option<Call>) -> Result<Value, Error> {
+    async fn act(&self, state: &AppState, call: Option<&Call>) -> Result<Value, Error> {
         let limiter = state.limiter.clone();
         let check = move |m: &MemberContext| limiter.check(m.member_token_id).map_err(Error::rate_limited);
-        let result = state.db.call_as_member(&self.0, check, call.as_ref()).await;
+        let result = state.db.call_as_member(&self.0, check, call).await;
         if let Err(e) = &result {
-            e.log(call.as_ref().map(Call::function).unwrap_or("authenticate_member"));
+            e.log(call.map(Call::function).unwrap_or("authenticate_member"));
         }
         result
+    }
+
+    /// The member's own context (who am I).
+    async fn me(&self, state: &AppState) -> Result<Value, Error> {
+        self.act(state, None).await
+    }
+
+    /// The call built from the request, as the member. The token is checked first: a request
+    /// whose path or body is malformed learns that only once its credential holds (an invalid
+    /// token gets the same 401 whatever else is wrong).
+    async fn call(&self, state: &AppState, call: Result<Call, Error>) -> Result<Value, Error> {
+        match call {
+            Ok(call) => self.act(state, Some(&call)).await,
+            Err(malformed) => {
+                self.me(state).await?;
+                Err(malformed)
+            }
+        }
     }
 }
 
@@ -115,7 +133,7 @@ fn required_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
 
 /// `GET /api/console/me`: the member, role and site this token acts as.
 async fn me(State(state): State<AppState>, member: Member) -> Response {
-    respond(member.call(&state, None).await, StatusCode::OK)
+    respond(member.me(&state).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -132,12 +150,15 @@ async fn list_proposals(
     member: Member,
     filter: Result<Query<ProposalFilter>, QueryRejection>,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let f = query(filter)?;
         let call = Call::new("console_list_proposals").opt("p_state", f.state).opt("p_limit", f.limit);
-        member.call(&state, Some(call)).await.map(|proposals| json!({ "proposals": proposals }))
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(
+        member.call(&state, call).await.map(|proposals| json!({ "proposals": proposals })),
+        StatusCode::OK,
+    )
 }
 
 #[derive(Deserialize, Default)]
@@ -174,16 +195,16 @@ async fn decide(
     body: Bytes,
     decision: &'static str,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let id = path_id(id)?;
         let body: DecisionBody = optional_body(&body)?;
         let call = Call::new("decide_proposal")
             .arg("p_proposal_id", id)
             .arg("p_decision", decision.to_string())
             .opt("p_note", body.note);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -200,12 +221,12 @@ async fn list_runs(
     member: Member,
     filter: Result<Query<RunFilter>, QueryRejection>,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let f = query(filter)?;
         let call = Call::new("list_runs").opt("p_limit", f.limit).opt("p_before", f.before);
-        member.call(&state, Some(call)).await.map(|runs| json!({ "runs": runs }))
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await.map(|runs| json!({ "runs": runs })), StatusCode::OK)
 }
 
 /// `GET /api/console/runs/{id}` → the run with its outcome, events and artifacts.
@@ -214,17 +235,17 @@ async fn get_run(
     member: Member,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let call = Call::new("get_run").arg("p_run_id", path_id(id)?);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
 }
 
 /// `GET /api/console/connections` → `{"connections": [...]}` (owner, admin; never a secret).
 async fn list_connections(State(state): State<AppState>, member: Member) -> Response {
     let result = member
-        .call(&state, Some(Call::new("console_list_connections")))
+        .call(&state, Ok(Call::new("console_list_connections")))
         .await
         .map(|connections| json!({ "connections": connections }));
     respond(result, StatusCode::OK)
@@ -247,7 +268,7 @@ struct NewConnection {
 /// `POST /api/console/connections` (owner, admin) → 201 with the connection and its secret,
 /// the only time the secret exists.
 async fn create_connection(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let c: NewConnection = required_body(&body)?;
         let call = Call::new("console_create_connection")
             .arg("p_agent", c.agent)
@@ -260,9 +281,9 @@ async fn create_connection(State(state): State<AppState>, member: Member, body: 
             (None, Some(interval)) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
             (at, None) => call.arg("p_expires_at", at),
         };
-        member.call(&state, Some(call.opt("p_harness", c.harness))).await
-    };
-    respond(result.await, StatusCode::CREATED)
+        Ok(call.opt("p_harness", c.harness))
+    })();
+    respond(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 /// `{"reason"?}`: the optional body of revocations and session ends.
@@ -279,14 +300,14 @@ async fn revoke_connection(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let id = path_id(id)?;
         let body: ReasonBody = optional_body(&body)?;
         let call =
             Call::new("console_revoke_connection").arg("p_connection_id", id).opt("p_reason", body.reason);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -303,14 +324,14 @@ struct NewSession {
 
 /// `POST /api/console/sessions` with `{"profile_id", "session_id"}` → 201 with the registered session.
 async fn register_session(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let s: NewSession = required_body(&body)?;
         let call = Call::new("console_register_session")
             .arg("p_profile_id", s.profile_id)
             .arg("p_session_id", s.session_id);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::CREATED)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 /// `POST /api/console/sessions/{session_id}/end` with `{"reason"?}`: the Hermes session ended or
@@ -321,21 +342,21 @@ async fn end_session(
     id: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let Path(session_id) =
             id.map_err(|e| Error::invalid_argument(format!("the session id in the path: {e}")))?;
         let body: ReasonBody = optional_body(&body)?;
         let call =
             Call::new("console_end_session").arg("p_session_id", session_id).opt("p_reason", body.reason);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
 }
 
 /// `GET /api/console/conversations` → `{"conversations": [conversation with turns and problem]}`.
 async fn list_conversations(State(state): State<AppState>, member: Member) -> Response {
     let result = member
-        .call(&state, Some(Call::new("console_list_conversations")))
+        .call(&state, Ok(Call::new("console_list_conversations")))
         .await
         .map(|conversations| json!({ "conversations": conversations }));
     respond(result, StatusCode::OK)
@@ -352,15 +373,15 @@ struct NewConversation {
 /// `POST /api/console/conversations` with `{"profile_id", "session_id", "title"?}` → 201: the
 /// session's one conversation.
 async fn open_conversation(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let c: NewConversation = required_body(&body)?;
         let call = Call::new("console_open_conversation")
             .arg("p_profile_id", c.profile_id)
             .arg("p_session_id", c.session_id)
             .arg("p_title", c.title);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::CREATED)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 /// `GET /api/console/conversations/{id}/link` → `{"conversation_id", "link"}`, the link being
@@ -371,11 +392,11 @@ async fn conversation_link(
     member: Member,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let call = Call::new("console_conversation_link").arg("p_conversation_id", path_id(id)?);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -391,13 +412,13 @@ async fn add_turn(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let id = path_id(id)?;
         let t: NewTurn = required_body(&body)?;
         let call = Call::new("console_add_turn").arg("p_conversation_id", id).arg("p_request", t.request);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::CREATED)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 /// `GET /api/console/turns/{id}` → the turn with its plan versions, steps, runs and proposals.
@@ -406,11 +427,11 @@ async fn get_turn(
     member: Member,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let call = Call::new("console_get_turn").arg("p_turn_id", path_id(id)?);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
 }
 
 /// `POST /api/console/plans/{id}/cancel` with `{"reason"?}` → the cancelled plan.
@@ -420,13 +441,13 @@ async fn cancel_plan(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let id = path_id(id)?;
         let body: ReasonBody = optional_body(&body)?;
         let call = Call::new("console_cancel_plan").arg("p_plan_id", id).opt("p_reason", body.reason);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -441,12 +462,12 @@ struct FormScreeningReport {
 
 /// `POST /api/console/form-screening` with `{"events": [...]}` → `{"recorded": n}`.
 async fn report_form_screening(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let r: FormScreeningReport = required_body(&body)?;
         let call = Call::new("console_report_form_screening").arg("p_events", r.events);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -463,16 +484,16 @@ async fn list_evidence_reviews(
     member: Member,
     filter: Result<Query<ReviewFilter>, QueryRejection>,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let f = query(filter)?;
         let call = Call::new("console_list_evidence_reviews");
         let call = match f.state.as_deref() {
             Some("all") => call.arg("p_state", None::<String>),
             _ => call.opt("p_state", f.state),
         };
-        member.call(&state, Some(call)).await.map(|reviews| json!({ "reviews": reviews }))
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await.map(|reviews| json!({ "reviews": reviews })), StatusCode::OK)
 }
 
 #[derive(Deserialize, Default)]
@@ -488,11 +509,11 @@ async fn close_evidence_review(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let result = async {
+    let call = (|| -> Result<Call, Error> {
         let id = path_id(id)?;
         let body: CloseReviewBody = optional_body(&body)?;
         let call = Call::new("console_close_evidence_review").arg("p_review_id", id).opt("p_note", body.note);
-        member.call(&state, Some(call)).await
-    };
-    respond(result.await, StatusCode::OK)
+        Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
 }

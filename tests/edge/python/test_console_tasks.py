@@ -400,6 +400,10 @@ async def test_a_missing_session_fails_closed_and_refuses_the_link():
     assert owner.post(f"/sessions/{session}/end").status_code == 404
     assert owner.get(f"/conversations/{uuid.uuid4()}/link").status_code == 404
     assert owner.get("/conversations/not-a-uuid/link").status_code == 400
+    # The token is checked before the request's shape: a bad token learns nothing about either.
+    stranger = Console("qlm_not_a_token")
+    assert stranger.get("/conversations/not-a-uuid/link").status_code == 401
+    assert stranger.post("/conversations", {"unexpected": True}).status_code == 401
 
 
 async def test_two_harnesses_claiming_concurrently_never_get_the_same_turn():
