@@ -3,9 +3,17 @@
 
 PGRX_VERSION=0.18.0
 PG_MAJOR=15
-PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
-PG_CONFIG=/usr/bin/pg_config
+# Overridable so that two checkouts can test side by side on one machine: another PostgreSQL
+# installation (PG_CONFIG, PG_BIN), other ports (QUERYLAYER_PORT_OFFSET is added to every port
+# the scripts use) and another scratch directory (QUERYLAYER_TMP).
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
+PG_CONFIG=${PG_CONFIG:-/usr/bin/pg_config}
+PORT_OFFSET=${QUERYLAYER_PORT_OFFSET:-0}
+TMP_BASE=${QUERYLAYER_TMP:-/tmp}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# A port of the scripts, shifted by QUERYLAYER_PORT_OFFSET.
+port() { echo $(($1 + PORT_OFFSET)); }
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -26,6 +34,7 @@ setup_machine() {
         cargo install --locked cargo-pgrx --version "$PGRX_VERSION" >/dev/null
     fi
     if ! grep -q "pg$PG_MAJOR" "${PGRX_HOME:-$HOME/.pgrx}/config.toml" 2>/dev/null; then
+        mkdir -p "${PGRX_HOME:-$HOME/.pgrx}"
         cargo pgrx init --pg$PG_MAJOR "$PG_CONFIG" >/dev/null
     fi
 }
