@@ -12,6 +12,9 @@ PORT_OFFSET=${QUERYLAYER_PORT_OFFSET:-0}
 TMP_BASE=${QUERYLAYER_TMP:-/tmp}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
+# The scratch directory is shared with the postgres user, like /tmp.
+if [ "$TMP_BASE" != /tmp ]; then mkdir -p "$TMP_BASE" && chmod 1777 "$TMP_BASE"; fi
+
 # A port of the scripts, shifted by QUERYLAYER_PORT_OFFSET.
 port() { echo $(($1 + PORT_OFFSET)); }
 
