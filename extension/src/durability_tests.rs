@@ -220,6 +220,22 @@ mod tests {
     }
 
     #[pg_test]
+    fn every_insert_guard_lets_a_restore_through() {
+        // A restore inserts history as it was written; an insert trigger that fires in replica
+        // mode (enabled ALWAYS or REPLICA) must recognise it (docs/operations.md, "Add a table").
+        let blind = Spi::get_one::<String>(
+            "SELECT string_agg(format('%s on %s', t.tgname, t.tgrelid::regclass), ', ' ORDER BY 1)
+               FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+              WHERE t.tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'querylayer'::regnamespace)
+                AND NOT t.tgisinternal AND t.tgenabled IN ('A', 'R')
+                AND (t.tgtype & 4) <> 0                       -- fires on INSERT
+                AND p.prosrc NOT LIKE '%querylayer.restoring()%'",
+        )
+        .unwrap();
+        assert_eq!(blind, None, "insert triggers that would refuse or rewrite restored rows");
+    }
+
+    #[pg_test]
     fn every_data_table_and_sequence_is_in_a_logical_backup() {
         let missing = Spi::get_one::<String>(
             "SELECT string_agg(c.oid::regclass::text, ', ' ORDER BY c.relname)
