@@ -48,3 +48,10 @@ REVOKE ALL ON SCHEMA querylayer FROM PUBLIC;
 REVOKE ALL ON SCHEMA querylayer_api FROM PUBLIC;
 GRANT USAGE ON SCHEMA querylayer TO querylayer_owner;
 GRANT USAGE ON SCHEMA querylayer_api TO querylayer_owner, querylayer_edge, querylayer_worker, querylayer_admin;
+
+-- The version of the extension's SQL objects in this database (ALTER EXTENSION … UPDATE moves it;
+-- the shared library may be newer until then).
+CREATE FUNCTION querylayer.installed_version() RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'querylayer'
+$$;

@@ -3,9 +3,15 @@
 -- Immutable tables get BEFORE UPDATE OR DELETE row triggers and a BEFORE TRUNCATE statement
 -- trigger, enabled ALWAYS so that session_replication_role = replica does not skip them. Only a
 -- superuser who drops or disables the triggers gets past this, and the chain makes that visible:
--- every chained record carries the SHA-256 of its content (content_sha256), the record hash of
--- the site's previous record (prev_sha256) and its own record hash
+-- every chained record carries the SHA-256 of its canonical form (content_sha256), the record
+-- hash of the site's previous record (prev_sha256) and its own record hash
 -- record_sha256 = sha256(prev_sha256 || content_sha256); chain_seq numbers a site's records.
+--
+-- The canonical form of a record is versioned: ledger_forms names, per chained table, the fields
+-- each form hashes, and every record says its form (ledger_form). content_sha256 is the SHA-256
+-- of the UTF-8 text of the JSON object holding exactly those fields, as jsonb prints it (keys by
+-- length then bytewise, ", " and ": " separators, timestamps in UTC), so adding a column opens a
+-- new form and never changes how an earlier record verifies. docs/operations.md has the rules.
 
 CREATE FUNCTION querylayer.forbid_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -41,28 +47,96 @@ CREATE TABLE querylayer.ledger_tables (
     table_name text PRIMARY KEY
 );
 
+-- The canonical forms of each chained table's records: form N hashes exactly these fields (sorted
+-- names). A form is never changed once registered; a new column opens the next form.
+CREATE TABLE querylayer.ledger_forms (
+    table_name text NOT NULL REFERENCES querylayer.ledger_tables ON DELETE RESTRICT,
+    form       smallint NOT NULL CHECK (form > 0),
+    fields     text[] NOT NULL CHECK (cardinality(fields) > 0),
+    PRIMARY KEY (table_name, form)
+);
+SELECT querylayer.make_append_only('querylayer.ledger_forms');
+
+-- The extension's catalogs: tables whose rows every install writes alike, from its own version
+-- (install and upgrade scripts change them, nothing else). Every other table holds data and is
+-- dumped by pg_dump (990_privileges.sql).
+CREATE FUNCTION querylayer.catalog_tables() RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY['ledger_forms', 'ledger_tables', 'proposal_types', 'scopes', 'task_operations']
+$$;
+
+-- The columns make_chained adds: the chain itself and the record's form. No form hashes them.
+CREATE FUNCTION querylayer.ledger_chain_columns() RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ARRAY['chain_seq', 'content_sha256', 'ledger_form', 'prev_sha256', 'record_sha256']
+$$;
+
+-- A restore (docs/operations.md): pg_restore as a superuser with session_replication_role =
+-- replica. Only then do the insert guards of history tables take rows as they were dumped (the
+-- chain columns included); verify_ledger then proves the restored chain against its heads.
+-- session_replication_role alone is not enough (PostgreSQL 15 lets a superuser GRANT SET on it),
+-- and a governed function runs as querylayer_owner, so it never counts as restoring.
+CREATE FUNCTION querylayer.restoring() RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF pg_catalog.current_setting('session_replication_role') <> 'replica' THEN
+        RETURN false;
+    END IF;
+    RETURN coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), false);
+END
+$$;
+
 CREATE FUNCTION querylayer.ledger_genesis(p_site uuid) RETURNS bytea
 LANGUAGE sql IMMUTABLE AS $$
     SELECT pg_catalog.sha256(pg_catalog.convert_to('querylayer-ledger-genesis:' || p_site::text, 'UTF8'))
 $$;
 
--- The hashed content of a record: the row as jsonb (UTC timestamps) minus the chain columns.
-CREATE FUNCTION querylayer.ledger_content(p_row jsonb) RETURNS bytea
+-- The hashed content of a record: its fields p_fields (the row as jsonb, UTC timestamps),
+-- printed as jsonb prints an object.
+CREATE FUNCTION querylayer.ledger_content(p_row jsonb, p_fields text[]) RETURNS bytea
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    RETURN (
-    SELECT pg_catalog.sha256(pg_catalog.convert_to(
-        (p_row - 'chain_seq' - 'prev_sha256' - 'content_sha256' - 'record_sha256')::text, 'UTF8')));
+    RETURN pg_catalog.sha256(pg_catalog.convert_to(
+        (p_row - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(p_row) AS k WHERE NOT (k = ANY (p_fields))))::text,
+        'UTF8'));
+END
+$$;
+
+-- The newest form of a chained table ('schema.table').
+CREATE FUNCTION querylayer.newest_ledger_form(p_table text) RETURNS querylayer.ledger_forms
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v querylayer.ledger_forms;
+BEGIN
+    SELECT * INTO v FROM querylayer.ledger_forms f WHERE f.table_name = p_table ORDER BY f.form DESC LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% has no ledger form', p_table USING ERRCODE = 'QL422',
+            HINT = 'make_chained registers form 1; querylayer.add_ledger_form registers the next';
+    END IF;
+    RETURN v;
 END
 $$;
 
 CREATE FUNCTION querylayer.chain_append() RETURNS trigger
 LANGUAGE plpgsql
-SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' AS $$
+SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' SET bytea_output = 'hex' SET extra_float_digits = 1 AS $$
 DECLARE
+    v_form    querylayer.ledger_forms;
     v_content bytea;
 BEGIN
-    v_content := querylayer.ledger_content(to_jsonb(NEW));
+    IF querylayer.restoring() THEN
+        -- A restored record keeps the chain it was dumped with; verify_ledger proves it.
+        IF NEW.chain_seq IS NULL OR NEW.prev_sha256 IS NULL OR NEW.content_sha256 IS NULL
+           OR NEW.record_sha256 IS NULL OR NEW.ledger_form IS NULL
+           OR NEW.record_sha256 <> pg_catalog.sha256(NEW.prev_sha256 || NEW.content_sha256) THEN
+            RAISE EXCEPTION 'a restored record of %.% must carry its chain columns, linked', TG_TABLE_SCHEMA, TG_TABLE_NAME
+                USING ERRCODE = 'QL423';
+        END IF;
+        RETURN NEW;
+    END IF;
+    v_form := querylayer.newest_ledger_form(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
+    NEW.ledger_form := v_form.form;
+    v_content := querylayer.ledger_content(to_jsonb(NEW), v_form.fields);
     UPDATE querylayer.ledger_heads h
        SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || v_content)
      WHERE h.site_id = NEW.site_id
@@ -75,8 +149,68 @@ BEGIN
 END
 $$;
 
--- Makes a table (with site_id and id) append-only and chained: adds the four chain columns,
--- numbers each site's records uniquely, and hashes every insert.
+-- Registers the next canonical form of a chained table: p_fields, or by default every column of
+-- the table but the chain columns. Called by make_chained (form 1) and after each column added to
+-- a chained table (in sql/, right after the ALTER TABLE; docs/operations.md, "Schema changes").
+-- Returns the new form's number.
+CREATE FUNCTION querylayer.add_ledger_form(p_table regclass, p_fields text[] DEFAULT NULL) RETURNS smallint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_table   text;
+    v_columns text[];
+    v_fields  text[];
+    v_bad     text[];
+    v_last    querylayer.ledger_forms;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_table
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table;
+    IF NOT EXISTS (SELECT 1 FROM querylayer.ledger_tables WHERE table_name = v_table) THEN
+        RAISE EXCEPTION '% is not chained', v_table USING ERRCODE = '22023', HINT = 'call querylayer.make_chained first';
+    END IF;
+    SELECT array_agg(a.attname::text ORDER BY a.attname::text COLLATE "C") INTO v_columns
+      FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = p_table AND a.attnum > 0 AND NOT a.attisdropped
+       AND NOT (a.attname::text = ANY (querylayer.ledger_chain_columns()));
+    v_fields := ARRAY(SELECT DISTINCT f COLLATE "C" FROM unnest(coalesce(p_fields, v_columns)) AS f ORDER BY 1);
+    v_bad := ARRAY(SELECT f FROM unnest(v_fields) AS f WHERE NOT (f = ANY (v_columns)) ORDER BY f COLLATE "C");
+    IF cardinality(v_bad) > 0 THEN
+        RAISE EXCEPTION 'not a hashable column of %: %', v_table, array_to_string(v_bad, ', ') USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_last FROM querylayer.ledger_forms WHERE table_name = v_table ORDER BY form DESC LIMIT 1;
+    IF FOUND AND v_last.fields = v_fields THEN
+        RAISE EXCEPTION 'form % of % already hashes these fields', v_last.form, v_table USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO querylayer.ledger_forms (table_name, form, fields)
+    VALUES (v_table, coalesce(v_last.form, 0) + 1, v_fields)
+    RETURNING form INTO v_last.form;
+    RETURN v_last.form;
+END
+$$;
+
+-- The upgrade scripts' half of the registry (scripts/upgrade-script): makes sure a database
+-- holds form p_form of p_table exactly as a fresh install registers it, and refuses a database
+-- whose form of that number hashes other fields.
+CREATE FUNCTION querylayer.ensure_ledger_form(p_table text, p_form smallint, p_fields text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_fields text[];
+BEGIN
+    INSERT INTO querylayer.ledger_tables (table_name) VALUES (p_table) ON CONFLICT DO NOTHING;
+    SELECT fields INTO v_fields FROM querylayer.ledger_forms WHERE table_name = p_table AND form = p_form;
+    IF NOT FOUND THEN
+        INSERT INTO querylayer.ledger_forms (table_name, form, fields) VALUES (p_table, p_form, p_fields);
+    ELSIF v_fields <> p_fields THEN
+        RAISE EXCEPTION 'form % of % hashes {%} here, but {%} in a fresh install', p_form, p_table,
+            array_to_string(v_fields, ','), array_to_string(p_fields, ',')
+            USING ERRCODE = 'QL422',
+                  HINT = 'a registered form never changes: add columns after make_chained and register the next form';
+    END IF;
+END
+$$;
+
+-- Makes a table (with site_id and id) append-only and chained: adds the chain columns, numbers
+-- each site's records uniquely, hashes every insert, and registers form 1 (every other column).
 CREATE FUNCTION querylayer.make_chained(p_table regclass) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -85,6 +219,7 @@ BEGIN
                         ADD COLUMN prev_sha256 bytea NOT NULL,
                         ADD COLUMN content_sha256 bytea NOT NULL,
                         ADD COLUMN record_sha256 bytea NOT NULL,
+                        ADD COLUMN ledger_form smallint NOT NULL,
                         ADD UNIQUE (site_id, chain_seq)', p_table);
     PERFORM querylayer.make_append_only(p_table);
     -- "zz_": row triggers fire in name order, and the hash must see the final row.
@@ -95,13 +230,15 @@ BEGIN
     SELECT format('%I.%I', n.nspname, c.relname)
       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
      WHERE c.oid = p_table;
+    PERFORM querylayer.add_ledger_form(p_table);
 END
 $$;
 
--- Walks a site's chain in order and reports the first broken link, if any.
+-- Walks a site's chain in order and reports the first broken link, if any. Each record is read
+-- by its own form.
 CREATE FUNCTION querylayer.verify_ledger_site(p_site uuid) RETURNS jsonb
 LANGUAGE plpgsql
-SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' AS $$
+SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' SET bytea_output = 'hex' SET extra_float_digits = 1 AS $$
 DECLARE
     v_sql     text;
     r         record;
@@ -112,13 +249,16 @@ DECLARE
 BEGIN
     SELECT string_agg(format(
              'SELECT %L AS tbl, t.id::text AS id, t.chain_seq, t.prev_sha256, t.content_sha256, t.record_sha256,
-                     querylayer.ledger_content(to_jsonb(t)) AS recomputed
-                FROM %s t WHERE t.site_id = $1', table_name, table_name), ' UNION ALL ' ORDER BY table_name)
+                     t.ledger_form, f.form IS NOT NULL AS known_form,
+                     querylayer.ledger_content(to_jsonb(t), f.fields) AS recomputed
+                FROM %s t LEFT JOIN querylayer.ledger_forms f ON f.table_name = %L AND f.form = t.ledger_form
+               WHERE t.site_id = $1', table_name, table_name, table_name), ' UNION ALL ' ORDER BY table_name)
       INTO v_sql FROM querylayer.ledger_tables;
     FOR r IN EXECUTE v_sql || ' ORDER BY chain_seq' USING p_site LOOP
         v_problem := CASE
             WHEN r.chain_seq <> v_seq + 1 THEN format('record %s is missing or out of order', v_seq + 1)
             WHEN r.prev_sha256 IS DISTINCT FROM v_prev THEN 'prev_sha256 does not match the previous record'
+            WHEN NOT r.known_form THEN format('unknown ledger form %s', r.ledger_form)
             WHEN r.recomputed IS DISTINCT FROM r.content_sha256 THEN 'content does not match content_sha256 (record edited)'
             WHEN pg_catalog.sha256(v_prev || r.content_sha256) IS DISTINCT FROM r.record_sha256 THEN 'record_sha256 does not match'
         END;

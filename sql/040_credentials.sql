@@ -47,6 +47,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_missing text[];
 BEGIN
+    IF querylayer.restoring() THEN
+        RETURN NEW;  -- a restore brings the row as it was dumped
+    END IF;
     NEW.scopes := querylayer.normalize_scopes(NEW.scopes);
     SELECT array_agg(s ORDER BY s) INTO v_missing
       FROM unnest(NEW.scopes) AS s

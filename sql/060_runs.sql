@@ -19,6 +19,12 @@ CREATE TABLE querylayer.runs (
 CREATE INDEX runs_site_started ON querylayer.runs (site_id, started_at DESC);
 SELECT querylayer.isolate_by_site('querylayer.runs');
 SELECT querylayer.make_chained('querylayer.runs');
+-- Columns of a chained table are added after make_chained, each followed by the canonical form
+-- it opens, exactly as the upgrade adds them (docs/operations.md, "Schema changes").
+-- 0.2.0, form 2 of runs: the extension version that recorded the run (NULL for earlier runs).
+ALTER TABLE querylayer.runs ADD COLUMN extension_version text;
+ALTER TABLE querylayer.runs ALTER COLUMN extension_version SET DEFAULT querylayer.installed_version();
+SELECT querylayer.add_ledger_form('querylayer.runs');
 
 CREATE TABLE querylayer.run_events (
     id                uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -69,6 +75,9 @@ DECLARE
     v_outcome text;
     v_missing text[];
 BEGIN
+    IF querylayer.restoring() THEN
+        RETURN NEW;  -- a restore brings the row as it was dumped
+    END IF;
     -- Records of one run serialize against its finish: artifacts share the run's lock, the
     -- finish takes it alone. (An advisory lock: no row is rewritten to take it.)
     -- (NEW.kind exists on run_events only, hence the nested test.)

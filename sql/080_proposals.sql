@@ -34,10 +34,13 @@ SELECT querylayer.isolate_by_site('querylayer.proposals');
 SELECT querylayer.make_attributed('querylayer.proposals');
 SELECT querylayer.make_chained('querylayer.proposals');
 
--- The server assigns risk from the type, whatever the insert says.
+-- The server assigns risk from the type, whatever the insert says (a restore keeps the dumped one).
 CREATE FUNCTION querylayer.assign_risk() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF querylayer.restoring() THEN
+        RETURN NEW;  -- a restore brings the row as it was dumped
+    END IF;
     SELECT risk INTO NEW.risk FROM querylayer.proposal_types WHERE type = NEW.type;
     RETURN NEW;
 END
@@ -83,6 +86,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_roles text[];
 BEGIN
+    IF querylayer.restoring() THEN
+        RETURN NEW;  -- a restore brings the row as it was dumped
+    END IF;
     IF querylayer.ctx_kind() IS DISTINCT FROM 'member' OR NEW.member_id IS DISTINCT FROM querylayer.ctx_member_id() THEN
         RAISE EXCEPTION 'only an authenticated member decides proposals' USING ERRCODE = 'QL403';
     END IF;
@@ -119,6 +125,9 @@ SELECT querylayer.make_chained('querylayer.proposal_executions');
 CREATE FUNCTION querylayer.execution_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF querylayer.restoring() THEN
+        RETURN NEW;  -- a restore brings the row as it was dumped
+    END IF;
     IF querylayer.lifecycle_mark() IS DISTINCT FROM NEW.decision_id THEN
         RAISE EXCEPTION 'execution records are written only while an approved decision executes' USING ERRCODE = 'QL423';
     END IF;

@@ -15,6 +15,21 @@ INSERT INTO querylayer.settings (key, value) VALUES
     ('evidence_reverify_after_days', '30'),
     ('form_rejected_retention_days', '30');
 
+-- A restore (docs/operations.md) brings every setting as it was dumped, in place of the row this
+-- install seeded. Fires in replica mode only, and only a restoring superuser gets past the test.
+CREATE FUNCTION querylayer.restore_setting() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF querylayer.restoring() THEN
+        DELETE FROM querylayer.settings WHERE key = NEW.key;
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER restore_over_seed BEFORE INSERT ON querylayer.settings
+    FOR EACH ROW EXECUTE FUNCTION querylayer.restore_setting();
+ALTER TABLE querylayer.settings ENABLE REPLICA TRIGGER restore_over_seed;
+
 CREATE FUNCTION querylayer.setting_int(p_key text) RETURNS integer
 LANGUAGE plpgsql STABLE AS $$
 BEGIN

@@ -154,7 +154,9 @@ CREATE FUNCTION querylayer.task_steps_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        SELECT risk INTO NEW.risk FROM querylayer.task_operations WHERE operation = NEW.operation;
+        IF NOT querylayer.restoring() THEN
+            SELECT risk INTO NEW.risk FROM querylayer.task_operations WHERE operation = NEW.operation;
+        END IF;
         RETURN NEW;
     END IF;
     IF TG_OP = 'DELETE' THEN

@@ -30,6 +30,9 @@ SELECT querylayer.isolate_by_site('querylayer.topic_pages');
 CREATE FUNCTION querylayer.topical_map_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
+        RETURN NEW;
+    END IF;
     IF querylayer.lifecycle_mark() IS NULL AND NOT querylayer.ctx_is_operator() THEN
         RAISE EXCEPTION 'the topical map changes only through an approved topical_map proposal'
             USING ERRCODE = 'QL423', HINT = 'propose the change; a member decides';

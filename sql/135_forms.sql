@@ -35,6 +35,9 @@ SELECT querylayer.isolate_by_site('querylayer.form_screening_daily');
 CREATE FUNCTION querylayer.count_form_screening() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF querylayer.restoring() THEN
+        RETURN NEW;  -- the daily counts are restored as they were dumped
+    END IF;
     INSERT INTO querylayer.form_screening_daily (site_id, day, form_key, decision, reason, events)
     VALUES (NEW.site_id, (NEW.occurred_at AT TIME ZONE 'UTC')::date, NEW.form_key, NEW.decision, NEW.reason, 1)
     ON CONFLICT (site_id, day, form_key, decision, reason) DO UPDATE SET events = form_screening_daily.events + 1;

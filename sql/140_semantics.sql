@@ -21,6 +21,43 @@ CREATE UNIQUE INDEX server_keys_one_current ON querylayer.server_keys ((true)) W
 INSERT INTO querylayer.server_keys (did_key, secret, origin)
 SELECT querylayer.key_did(s), s, 'generated' FROM (SELECT querylayer.new_key_secret() AS s) k;
 
+-- A restore (docs/operations.md) brings the dumped keys. The key the empty database generated at
+-- CREATE EXTENSION gives way to the dumped current key, provided nothing refers to it yet (it
+-- signed nothing); otherwise the restore fails on the one-current-key index. Fires in replica
+-- mode only, and only for a restoring superuser.
+CREATE FUNCTION querylayer.restore_server_key() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_key  querylayer.server_keys;
+    v_ref  record;
+    v_used boolean;
+BEGIN
+    IF NOT querylayer.restoring() OR NEW.retired_at IS NOT NULL THEN
+        RETURN NEW;
+    END IF;
+    SELECT * INTO v_key FROM querylayer.server_keys
+     WHERE retired_at IS NULL AND origin = 'generated' AND id <> NEW.id;
+    IF NOT FOUND THEN
+        RETURN NEW;
+    END IF;
+    FOR v_ref IN SELECT c.conrelid::regclass AS tbl, a.attname
+                   FROM pg_catalog.pg_constraint c
+                   JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+                  WHERE c.contype = 'f' AND c.confrelid = 'querylayer.server_keys'::regclass LOOP
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I = $1)', v_ref.tbl, v_ref.attname)
+           INTO v_used USING v_key.id;
+        IF v_used THEN
+            RETURN NEW;
+        END IF;
+    END LOOP;
+    DELETE FROM querylayer.server_keys WHERE id = v_key.id;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER restore_over_generated_key BEFORE INSERT ON querylayer.server_keys
+    FOR EACH ROW EXECUTE FUNCTION querylayer.restore_server_key();
+ALTER TABLE querylayer.server_keys ENABLE REPLICA TRIGGER restore_over_generated_key;
+
 CREATE FUNCTION querylayer.server_key() RETURNS querylayer.server_keys
 LANGUAGE plpgsql STABLE AS $$
 DECLARE

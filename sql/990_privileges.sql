@@ -27,6 +27,24 @@ BEGIN
 END
 $own$;
 
+-- Logical backups (docs/operations.md). pg_dump leaves an extension's tables out unless they are
+-- registered as its configuration tables, so every table whose rows are data is registered here,
+-- whole: a plain pg_dump then holds all of them. The extension's catalogs are not (every install
+-- writes the same rows there, from its own version).
+DO $dump$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT c.oid::regclass AS tbl
+               FROM pg_catalog.pg_class c
+              WHERE c.relnamespace = 'querylayer'::regnamespace AND c.relkind IN ('r', 'p', 'S')
+                AND NOT (c.relname::text = ANY (querylayer.catalog_tables()))
+              ORDER BY c.relname LOOP
+        PERFORM pg_catalog.pg_extension_config_dump(r.tbl, '');
+    END LOOP;
+END
+$dump$;
+
 REVOKE ALL ON ALL TABLES IN SCHEMA querylayer FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA querylayer FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA querylayer FROM PUBLIC;

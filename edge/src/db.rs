@@ -169,6 +169,16 @@ impl Db {
         Ok(row.get(0))
     }
 
+    /// The version of the querylayer extension installed in the database (None: not installed).
+    /// Any login may read pg_extension, and the query works whatever the installed version.
+    pub async fn extension_version(&self) -> Result<Option<String>, Error> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'querylayer'", &[])
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
     /// Is the database reachable (readiness)?
     pub async fn ping(&self) -> Result<(), Error> {
         let client = self.client().await?;

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod auth;
 pub mod card;
 pub mod commands;
+pub mod compat;
 pub mod config;
 pub mod console;
 pub mod db;

@@ -12,6 +12,7 @@ use rmcp::ServiceExt;
 use querylayer_edge::admin::{self, AdminArgs};
 use querylayer_edge::auth::Fingerprint;
 use querylayer_edge::commands;
+use querylayer_edge::compat;
 use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
 use querylayer_edge::mcp::QueryLayerMcp;
@@ -121,9 +122,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let public_url = config.public_url.clone();
     let db =
         Db::connect(&args.database_url, args.db_pool_size, Duration::from_secs(args.statement_timeout_secs))?;
-    if let Err(e) = db.ping().await {
-        tracing::warn!(code = e.code, "the database does not answer yet; /readyz says so until it does");
-    }
+    compat::require(&db).await?;
     let ip: IpAddr = args.bind.parse().map_err(|e| format!("--bind {}: {e}", args.bind))?;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, args.port))
         .await
@@ -163,6 +162,7 @@ async fn mcp_serve(args: McpServeArgs) -> Result<(), String> {
         .map_err(|_| "set QUERYLAYER_TOKEN to the connection secret".to_string())?;
     let secret = secret.trim().to_string();
     let db = Db::connect(&args.database_url, 2, Duration::from_secs(20))?;
+    compat::require(&db).await?;
     // Fail fast on a dead secret; every call authenticates again anyway.
     let fingerprint = Fingerprint::of(&secret);
     if let Err(e) = db.authenticate(&fingerprint).await {

@@ -79,6 +79,10 @@ pub async fn run(args: WorkerArgs) -> i32 {
             return 2;
         }
     };
+    if let Err(reason) = crate::compat::require(&db).await {
+        tracing::error!("{reason}");
+        return 2;
+    }
     let fetcher = match Fetcher::new(&args) {
         Ok(f) => Arc::new(f),
         Err(e) => {

@@ -100,7 +100,12 @@ fn two_members_approving_conflicting_publish_requests_at_once_publish_exactly_on
     // Both decisions are in the history, and the item is live exactly once.
     let mut su = db.superuser();
     let decisions: i64 =
-        su.query_one("SELECT count(*) FROM querylayer.proposal_decisions", &[]).unwrap().get(0);
+        su.query_one(
+            "SELECT count(*) FROM querylayer.proposal_decisions d JOIN querylayer.sites s ON s.id = d.site_id WHERE s.slug = 'demo'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
     assert_eq!(decisions, 2);
     let live: Option<uuid::Uuid> = su
         .query_one(

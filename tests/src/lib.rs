@@ -2,6 +2,9 @@
 //! the installed extension, and logins as the real roles (superuser, `querylayer_edge`, a DBA in
 //! `querylayer_admin`). Every secret a test obtains is appended to `$QUERYLAYER_TEST_SECRETS`,
 //! so the test script can prove afterwards that none reached a log.
+//!
+//! The template is a fresh install, or the database `$QUERYLAYER_TEST_TEMPLATE` names: the upgrade
+//! test runs the tier against a database upgraded from the previous release, history included.
 
 use postgres::{Client, NoTls};
 use serde_json::Value;
@@ -12,6 +15,11 @@ use std::sync::{Mutex, OnceLock};
 pub const EDGE_PASSWORD: &str = "edge-test-password";
 pub const DBA_PASSWORD: &str = "dba-test-password";
 const TEMPLATE: &str = "querylayer_template";
+
+/// The template the test databases are cloned from.
+fn template() -> String {
+    std::env::var("QUERYLAYER_TEST_TEMPLATE").unwrap_or_else(|_| TEMPLATE.to_string())
+}
 
 /// The superuser DSN of the test cluster (unix socket, trust), from the test script.
 pub fn admin_dsn() -> String {
@@ -37,6 +45,26 @@ fn redact(dsn: &str) -> String {
         .join(" ")
 }
 
+/// The logins the tiers use: `querylayer_edge` with a password, and the DBA `ql_dba`. Roles are
+/// cluster-wide; the extension makes `querylayer_edge` and `querylayer_admin`.
+pub fn ensure_logins(admin: &mut Client) {
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE querylayer_edge LOGIN PASSWORD '{EDGE_PASSWORD}';
+             DO $$ BEGIN
+                IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ql_dba') THEN
+                    CREATE ROLE ql_dba LOGIN PASSWORD '{DBA_PASSWORD}' IN ROLE querylayer_admin;
+                END IF;
+             END $$;"
+        ))
+        .unwrap();
+}
+
+/// A login over TCP with a password, as the edge and operators connect.
+pub fn tcp_dsn(user: &str, password: &str, dbname: &str) -> String {
+    format!("host=127.0.0.1 port={} user={user} password={password} dbname={dbname}", dsn_value("port"))
+}
+
 /// Creates the logins and the template database once per test process.
 fn prepare_cluster() {
     static READY: OnceLock<()> = OnceLock::new();
@@ -46,26 +74,17 @@ fn prepare_cluster() {
         let mut admin = connect(&admin_dsn());
         // Serialises concurrent test processes too.
         admin.execute("SELECT pg_advisory_lock(4242)", &[]).unwrap();
+        let template = template();
         let exists: bool = admin
-            .query_one("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", &[&TEMPLATE])
+            .query_one("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", &[&template])
             .unwrap()
             .get(0);
         if !exists {
-            admin.batch_execute(&format!("CREATE DATABASE {TEMPLATE}")).unwrap();
-            let mut tpl = connect(&format!("{} dbname={TEMPLATE}", admin_dsn()));
+            admin.batch_execute(&format!("CREATE DATABASE {template}")).unwrap();
+            let mut tpl = connect(&format!("{} dbname={template}", admin_dsn()));
             tpl.batch_execute("CREATE EXTENSION querylayer").unwrap();
-            drop(tpl);
-            admin
-                .batch_execute(&format!(
-                    "ALTER ROLE querylayer_edge LOGIN PASSWORD '{EDGE_PASSWORD}';
-                     DO $$ BEGIN
-                        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ql_dba') THEN
-                            CREATE ROLE ql_dba LOGIN PASSWORD '{DBA_PASSWORD}' IN ROLE querylayer_admin;
-                        END IF;
-                     END $$;"
-                ))
-                .unwrap();
         }
+        ensure_logins(&mut admin);
         admin.execute("SELECT pg_advisory_unlock(4242)", &[]).unwrap();
     });
 }
@@ -81,7 +100,7 @@ impl TestDb {
         let name = format!("ql_{}", uuid::Uuid::new_v4().simple());
         let mut admin = connect(&admin_dsn());
         admin.execute("SELECT pg_advisory_lock(4242)", &[]).unwrap();
-        admin.batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {TEMPLATE}")).unwrap();
+        admin.batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {}", template())).unwrap();
         admin.execute("SELECT pg_advisory_unlock(4242)", &[]).unwrap();
         TestDb { name }
     }
@@ -92,11 +111,7 @@ impl TestDb {
     }
 
     fn tcp(&self, user: &str, password: &str) -> Client {
-        connect(&format!(
-            "host=127.0.0.1 port={} user={user} password={password} dbname={}",
-            dsn_value("port"),
-            self.name
-        ))
+        connect(&tcp_dsn(user, password, &self.name))
     }
 
     /// A login as `querylayer_edge`, over TCP with a password, as the edge connects.

@@ -21,7 +21,9 @@ def test_protected_resource_metadata_describes_the_mcp_endpoint():
 
 def test_health_and_readiness():
     assert httpx2.get(EDGE + "/healthz").json() == {"status": "ok"}
-    assert httpx2.get(EDGE + "/readyz").json() == {"status": "ready"}
+    ready = httpx2.get(EDGE + "/readyz").json()
+    # Both versions, and they agree: the edge speaks the extension version the database holds.
+    assert ready["status"] == "ready" and ready["versions"]["edge"] == ready["versions"]["extension"], ready
     missing = httpx2.get(EDGE + "/nowhere")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
 

@@ -1,0 +1,29 @@
+-- What an upgrade or a restore must keep, one line per fact (scripts/test-upgrade,
+-- scripts/test-backup): per table, its row count and a digest of its rows over the columns named
+-- in the psql variable `columns` (a JSON object: table → [column], the columns of the version
+-- the history was written by; later columns are left out); per site, what verify_ledger says
+-- (its chain head). Run as a superuser with psql -X -q -At.
+SET search_path = pg_catalog;
+
+CREATE FUNCTION pg_temp.digest(p_table regclass, p_columns text[]) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v text;
+BEGIN
+    EXECUTE format(
+        'SELECT count(*) || '' '' || md5(coalesce(string_agg(r, E''\n'' ORDER BY r COLLATE "C"), ''''))
+           FROM (SELECT (SELECT jsonb_object_agg(e.key, e.value) FROM jsonb_each(to_jsonb(t)) e
+                          WHERE e.key = ANY ($1))::text AS r
+                   FROM %s t) rows', p_table)
+       INTO v USING p_columns;
+    RETURN v;
+END
+$$;
+
+SET TimeZone = 'UTC';
+SELECT format('table %s %s', c.key, pg_temp.digest(c.key::regclass, ARRAY(SELECT jsonb_array_elements_text(c.value))))
+  FROM jsonb_each(:'columns'::jsonb) c
+ ORDER BY c.key COLLATE "C";
+SELECT format('ledger %s %s', s.slug, querylayer_api.verify_ledger(s.slug))
+  FROM querylayer.sites s
+ ORDER BY s.slug COLLATE "C";
