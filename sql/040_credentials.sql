@@ -133,9 +133,12 @@ $$;
 -- Issues a connection and returns its secret. The only place a connection secret exists.
 -- With p_did the connection is also bound to that did:key (signed envelopes act as it); with
 -- p_secret false it has no secret at all and only envelopes from that key act as it.
+-- Binding a did:key takes its holder's proof of possession (p_did_proof, checked by
+-- querylayer.check_did_proof): a did:key is public, and without it anyone could bind another's key.
 CREATE FUNCTION querylayer.issue_connection(
     p_site_id uuid, p_agent_id uuid, p_name text, p_scopes text[], p_expires_at timestamptz,
-    p_harness text, p_created_by text, p_did text DEFAULT NULL, p_secret boolean DEFAULT true
+    p_harness text, p_created_by text, p_did text DEFAULT NULL, p_secret boolean DEFAULT true,
+    p_did_proof jsonb DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -153,6 +156,9 @@ BEGIN
     IF p_did IS NOT NULL AND querylayer.did_key_in_use(p_did) THEN
         RAISE EXCEPTION 'did:key % is bound to a live connection', p_did USING ERRCODE = 'QL409',
             HINT = 'revoke that connection first, or bind another key';
+    END IF;
+    IF p_did IS NOT NULL THEN
+        PERFORM querylayer.check_did_proof(p_site_id, p_did, p_did_proof);
     END IF;
     IF EXISTS (SELECT 1 FROM querylayer.connections
                 WHERE site_id = p_site_id AND name = p_name AND revoked_at IS NULL) THEN
@@ -228,7 +234,9 @@ END
 $$;
 
 -- Called by the extension while it resolves a credential (context kind 'resolving', that
--- credential's site only). Returns the context to hold, or why the credential is dead.
+-- credential's site only). Returns the context to hold, or why the credential is dead. Decided on
+-- the wall clock (clock_timestamp, not the transaction's start), under the snapshot the
+-- extension chooses (the newest: see extension/src/context.rs).
 CREATE FUNCTION querylayer.resolve_connection(p_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -246,7 +254,7 @@ BEGIN
         RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
     ELSIF r.revoked_at IS NOT NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= now() THEN
+    ELSIF r.expires_at <= clock_timestamp() THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'expired');
     END IF;
     RETURN jsonb_build_object(
@@ -285,7 +293,7 @@ BEGIN
         RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
     ELSIF r.revoked_at IS NOT NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= now() THEN
+    ELSIF r.expires_at <= clock_timestamp() THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'expired');
     ELSIF r.role IS NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'no_site_role');

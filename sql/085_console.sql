@@ -31,7 +31,7 @@ $$;
 
 CREATE FUNCTION querylayer_api.console_create_connection(
     p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz, p_harness text DEFAULT 'generic',
-    p_did text DEFAULT NULL
+    p_did text DEFAULT NULL, p_did_proof jsonb DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -49,7 +49,17 @@ BEGIN
             HINT = 'ask an operator to bind it (querylayer admin create-connection --did)';
     END IF;
     RETURN querylayer.issue_connection(querylayer.ctx_site_id(), v_agent.id, p_name, p_scopes, p_expires_at,
-                                       p_harness, 'member:' || querylayer.ctx_member_id(), p_did);
+                                       p_harness, 'member:' || querylayer.ctx_member_id(), p_did, true, p_did_proof);
+END
+$$;
+
+-- A challenge for binding a did:key on the member's site (owner, admin): the key's holder signs
+-- it, and console_create_connection takes the signature as the proof of possession.
+CREATE FUNCTION querylayer_api.console_create_did_challenge(p_did text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    RETURN querylayer.issue_did_challenge(querylayer.ctx_site_id(), p_did, 'member:' || querylayer.ctx_member_id());
 END
 $$;
 
@@ -85,4 +95,5 @@ $$;
 
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals, querylayer_api.console_list_connections,
     querylayer_api.console_create_connection, querylayer_api.console_revoke_connection,
+    querylayer_api.console_create_did_challenge,
     querylayer_api.record_tool_call TO querylayer_edge;

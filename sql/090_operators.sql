@@ -69,6 +69,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
+    v_old    text;
 BEGIN
     PERFORM querylayer.enter_operator(NULL);
     v_site := querylayer.site_by_slug(p_site);
@@ -77,11 +78,18 @@ BEGIN
         RAISE EXCEPTION 'role must be owner, admin, editor or viewer; got %', quote_literal(p_role) USING ERRCODE = '22023';
     END IF;
     PERFORM querylayer.enter_operator(v_site.id);
+    SELECT role INTO v_old FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id FOR UPDATE;
     IF p_role IS NULL THEN
         DELETE FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id;
     ELSE
         INSERT INTO querylayer.site_members (site_id, member_id, role) VALUES (v_site.id, v_member.id, p_role)
         ON CONFLICT (site_id, member_id) DO UPDATE SET role = EXCLUDED.role, granted_at = now();
+    END IF;
+    IF v_old IS DISTINCT FROM p_role THEN
+        -- A member acting with the old role right now stops: their tokens' sessions end.
+        PERFORM querylayer.end_credential_sessions(t.id)
+           FROM querylayer.member_tokens t
+          WHERE t.site_id = v_site.id AND t.member_id = v_member.id AND t.revoked_at IS NULL AND t.expires_at > clock_timestamp();
     END IF;
     PERFORM querylayer.audit('member.role', v_member.id::text, jsonb_build_object('role', p_role));
     RETURN jsonb_build_object('site', v_site.slug, 'member', v_member.handle, 'role', p_role);
@@ -222,6 +230,11 @@ BEGIN
     PERFORM querylayer.enter_operator(v_site.id);
     DELETE FROM querylayer.agent_site_permissions
      WHERE site_id = v_site.id AND agent_id = v_agent.id AND scope = ANY (v_scopes);
+    -- A connection acting with a withdrawn scope right now stops: its sessions end.
+    PERFORM querylayer.end_credential_sessions(c.id)
+       FROM querylayer.connections c
+      WHERE c.site_id = v_site.id AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
+        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
     PERFORM querylayer.audit('agent.revoke', v_agent.id::text, jsonb_build_object('scopes', v_scopes));
     RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
         'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
@@ -233,7 +246,8 @@ $$;
 -- nowhere else; store it now.
 CREATE FUNCTION querylayer_api.create_connection(
     p_site text, p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz,
-    p_harness text DEFAULT 'generic', p_did text DEFAULT NULL, p_secret boolean DEFAULT true
+    p_harness text DEFAULT 'generic', p_did text DEFAULT NULL, p_secret boolean DEFAULT true,
+    p_did_proof jsonb DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -245,7 +259,21 @@ BEGIN
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_connection(v_site.id, v_agent.id, p_name, p_scopes, p_expires_at, p_harness,
-                                       'operator:' || querylayer.outer_user(), p_did, p_secret);
+                                       'operator:' || querylayer.outer_user(), p_did, p_secret, p_did_proof);
+END
+$$;
+
+-- A challenge for binding a did:key to a connection of p_site: the key's holder signs it
+-- (`querylayer envelope prove`), and create_connection takes the signature as p_did_proof.
+CREATE FUNCTION querylayer_api.create_did_challenge(p_site text, p_did text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN querylayer.issue_did_challenge(v_site.id, p_did, 'operator:' || querylayer.outer_user());
 END
 $$;
 
@@ -285,6 +313,9 @@ BEGIN
     PERFORM querylayer.audit(CASE p_table WHEN 'querylayer.connections'::regclass THEN 'connection.revoke'
                                           ELSE 'member_token.revoke' END,
                              p_id::text, jsonb_build_object('reason', p_reason));
+    -- No backend goes on acting with it: those holding its context end now, and one that is
+    -- authenticating waits for this revocation to commit, then sees it.
+    PERFORM querylayer.end_credential_sessions(p_id);
     RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', false);
 END
 $$;

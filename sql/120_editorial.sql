@@ -26,15 +26,26 @@ CREATE TABLE querylayer.topic_pages (
 );
 SELECT querylayer.isolate_by_site('querylayer.topic_pages');
 
--- The map changes only when an approved decision executes, or by an operator.
+-- The map changes when a member's approved topical_map decision executes (under the approval
+-- mark). The one other change is an operator seeding the map: an operator context may add a
+-- topic (querylayer_api.add_topic, audited as topic.add with the operator's role, and the topic
+-- carries no decision_id), and nothing else: no page attachment, no brief, no edit or removal.
+-- Operators administer the site (they appoint its members), so an approval they could grant
+-- themselves would prove nothing; what binds is that agents never change the map (seed 000).
 CREATE FUNCTION querylayer.topical_map_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF querylayer.lifecycle_mark() IS NULL AND NOT querylayer.ctx_is_operator() THEN
-        RAISE EXCEPTION 'the topical map changes only through an approved topical_map proposal'
-            USING ERRCODE = 'QL423', HINT = 'propose the change; a member decides';
+    IF querylayer.lifecycle_mark() IS NOT NULL THEN
+        RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
     END IF;
-    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+    IF querylayer.ctx_is_operator() AND TG_OP = 'INSERT' AND TG_TABLE_NAME = 'topics' THEN
+        IF NEW.decision_id IS NOT NULL THEN
+            RAISE EXCEPTION 'an operator''s topic is not a decision''s' USING ERRCODE = 'QL423';
+        END IF;
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'the topical map changes only through an approved topical_map proposal'
+        USING ERRCODE = 'QL423', HINT = 'propose the change; a member decides (operators may only add topics)';
 END
 $$;
 CREATE TRIGGER topical_map_guard BEFORE INSERT OR UPDATE OR DELETE ON querylayer.topics

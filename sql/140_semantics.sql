@@ -283,10 +283,16 @@ $$;
 -- The callable surface (connection context). Reading the plane needs content:read; importing a
 -- model needs content:write. Every decision made for the caller is a receipt.
 
+-- Also POST /v1/models/import/osi, whose body is the document: under that route's envelope the
+-- document must be the very body the sender signed.
 CREATE FUNCTION querylayer_api.import_semantic_model(p_document text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection_for('querylayer_api.import_semantic_model', 'content:write');
+    IF querylayer.signed_body_sha256() IS DISTINCT FROM NULL
+       AND querylayer.signed_body_sha256() IS DISTINCT FROM encode(sha256(convert_to(coalesce(p_document, ''), 'UTF8')), 'hex') THEN
+        RAISE EXCEPTION 'document: not the body the envelope of this request signed' USING ERRCODE = 'QL403';
+    END IF;
     RETURN querylayer.store_semantic_model(querylayer.ctx_site_id(), p_document,
                                            'connection:' || querylayer.ctx_connection_id(), querylayer.ctx_connection_id());
 END
@@ -340,10 +346,11 @@ CREATE FUNCTION querylayer_api.check_access(p_resource text, p_action text DEFAU
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_rights querylayer.rights_documents := querylayer.current_rights();
+    v_rights querylayer.rights_documents;
     v        jsonb;
 BEGIN
     PERFORM querylayer.require_connection('content:read');
+    v_rights := querylayer.current_rights();
     IF p_resource IS NULL OR length(p_resource) NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION 'resource: 1 to 500 characters are required' USING ERRCODE = '22023';
     END IF;
@@ -357,11 +364,13 @@ $$;
 CREATE FUNCTION querylayer_api.build_navigator_bundle(p_purpose text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_model  querylayer.semantic_models := querylayer.current_model();
-    v_rights querylayer.rights_documents := querylayer.current_rights();
+    v_model  querylayer.semantic_models;
+    v_rights querylayer.rights_documents;
     v        jsonb;
 BEGIN
     PERFORM querylayer.require_connection('content:read');
+    v_model := querylayer.current_model();
+    v_rights := querylayer.current_rights();
     v := querylayer.model_bundle(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
                                  p_purpose, querylayer.utc_text(clock_timestamp()));
     PERFORM querylayer.record_receipts(v->'receipts', 'bundle', p_purpose, NULL, v_rights.id);
@@ -370,14 +379,12 @@ END
 $$;
 
 -- The navigator loop, deterministic: search → gate → plan → synthesize → sign and record.
-CREATE FUNCTION querylayer_api.answer_question(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION querylayer.answer(p_question text, p_purpose text, p_dialect text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
 DECLARE
     v_model  querylayer.semantic_models;
     v_rights querylayer.rights_documents;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
     IF p_question IS NULL OR length(p_question) > 4000 THEN
         RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
     END IF;
@@ -393,16 +400,14 @@ $$;
 -- The same loop with an LLM on the edge: the database governs (search, gate, plan) and returns
 -- the prompt — in which denied datasets appear by name as off-limits and no denied source
 -- location appears at all — and signs whatever text comes back with complete_answer.
-CREATE FUNCTION querylayer_api.prepare_answer(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION querylayer.prepare_answer(p_question text, p_purpose text, p_dialect text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
 DECLARE
     v_model  querylayer.semantic_models;
     v_rights querylayer.rights_documents;
     v_nav    jsonb;
     v_id     uuid;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
     IF p_question IS NULL OR length(p_question) > 4000 THEN
         RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
     END IF;
@@ -417,13 +422,92 @@ BEGIN
 END
 $$;
 
+-- The body of POST /v1/answer, read in the database from the exact bytes the envelope signed:
+-- {"question", "purpose"?, "dialect"?}. Returns (question, purpose, dialect).
+CREATE FUNCTION querylayer.signed_answer_request(p_body text) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_body    jsonb;
+    v_unknown text;
+BEGIN
+    IF p_body IS NULL OR querylayer.signed_body_sha256() IS DISTINCT FROM encode(sha256(convert_to(p_body, 'UTF8')), 'hex') THEN
+        RAISE EXCEPTION 'body: not the body the envelope of this request signed' USING ERRCODE = 'QL403',
+            HINT = 'run this only under the envelope of a POST /v1/answer request, with that request''s exact body';
+    END IF;
+    BEGIN
+        v_body := p_body::jsonb;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE EXCEPTION 'body: not JSON' USING ERRCODE = '22023';
+    END;
+    IF jsonb_typeof(v_body) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'body: a JSON object {"question", "purpose"?, "dialect"?} is required' USING ERRCODE = '22023';
+    END IF;
+    SELECT k INTO v_unknown FROM jsonb_object_keys(v_body) k WHERE k NOT IN ('question', 'purpose', 'dialect') LIMIT 1;
+    IF v_unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'body: unknown field %', quote_literal(left(v_unknown, 100)) USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(v_body->'question') IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'question: a string is required' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(v_body->'purpose') NOT IN ('string', 'null') THEN
+        RAISE EXCEPTION 'purpose: a string is required' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(v_body->'dialect') NOT IN ('string', 'null') THEN
+        RAISE EXCEPTION 'dialect: a string is required' USING ERRCODE = '22023';
+    END IF;
+    RETURN ARRAY[v_body->>'question', v_body->>'purpose', v_body->>'dialect'];
+END
+$$;
+
+CREATE FUNCTION querylayer_api.answer_question(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    RETURN querylayer.answer(p_question, p_purpose, p_dialect);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.prepare_answer(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection('content:read');
+    RETURN querylayer.prepare_answer(p_question, p_purpose, p_dialect);
+END
+$$;
+
+-- POST /v1/answer: the question is read from the signed body itself, so what runs is what the
+-- sender signed, whatever the edge would pass.
+CREATE FUNCTION querylayer_api.answer_signed_request(p_body text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v text[];
+BEGIN
+    PERFORM querylayer.require_connection_for('querylayer_api.answer_signed_request', 'content:read');
+    v := querylayer.signed_answer_request(p_body);
+    RETURN querylayer.answer(v[1], v[2], coalesce(v[3], 'SAIL_SQL'));
+END
+$$;
+
+CREATE FUNCTION querylayer_api.prepare_signed_answer(p_body text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v text[];
+BEGIN
+    PERFORM querylayer.require_connection_for('querylayer_api.prepare_signed_answer', 'content:read');
+    v := querylayer.signed_answer_request(p_body);
+    RETURN querylayer.prepare_answer(v[1], v[2], coalesce(v[3], 'SAIL_SQL'));
+END
+$$;
+
 CREATE FUNCTION querylayer_api.complete_answer(p_draft_id uuid, p_text text, p_synthesized_by text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_draft querylayer.answer_drafts;
     v_model querylayer.semantic_models;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection_for('querylayer_api.complete_answer', 'content:read');
     SELECT * INTO v_draft FROM querylayer.answer_drafts WHERE id = p_draft_id FOR UPDATE;
     IF NOT FOUND OR v_draft.connection_id <> querylayer.ctx_connection_id() THEN
         RAISE EXCEPTION 'no answer draft % for this connection', p_draft_id USING ERRCODE = 'QL404';
@@ -446,7 +530,7 @@ $$;
 CREATE FUNCTION querylayer_api.run_qglake_story() RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_key     querylayer.server_keys := querylayer.server_key();
+    v_key     querylayer.server_keys;
     v_rights  querylayer.rights_documents;
     v_missing text;
     v_run     jsonb;
@@ -454,6 +538,7 @@ DECLARE
     i         integer := 0;
 BEGIN
     PERFORM querylayer.require_connection('content:read');
+    v_key := querylayer.server_key();
     SELECT s->>'principal' INTO v_missing
       FROM jsonb_array_elements(querylayer.story_roster()->'specialists') s
      WHERE NOT EXISTS (SELECT 1 FROM querylayer.agents a
@@ -534,6 +619,7 @@ $$;
 GRANT EXECUTE ON FUNCTION querylayer_api.import_semantic_model, querylayer_api.get_semantic_model,
     querylayer_api.search_semantic_model, querylayer_api.resolve_metric, querylayer_api.check_access,
     querylayer_api.build_navigator_bundle, querylayer_api.answer_question, querylayer_api.prepare_answer,
+    querylayer_api.answer_signed_request, querylayer_api.prepare_signed_answer,
     querylayer_api.complete_answer, querylayer_api.run_qglake_story, querylayer_api.story_overview, querylayer_api.server_keys,
     querylayer_api.list_lineage TO querylayer_edge;
 
