@@ -64,6 +64,9 @@ $guard$;
 
 DO $roles$
 BEGIN
+    -- Two databases installing at once would update the same role rows ("tuple concurrently
+    -- updated"): installs take turns here, cluster-wide (the shared catalogs' own locks).
+    LOCK TABLE pg_catalog.pg_authid, pg_catalog.pg_db_role_setting IN SHARE ROW EXCLUSIVE MODE;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'querylayer_owner') THEN
         CREATE ROLE querylayer_owner NOLOGIN;
     END IF;

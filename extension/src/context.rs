@@ -683,14 +683,12 @@ fn end_credential_sessions(credential: Uuid) -> i32 {
         let holders: Vec<i32> = Spi::connect(|client| {
             let rows = client.select(
                 "SELECT l.pid FROM pg_catalog.pg_locks l
-                   JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
                   WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'::pg_catalog.text
                     AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                                             WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
                     AND l.classid OPERATOR(pg_catalog.=) $1 AND l.objid OPERATOR(pg_catalog.=) $2
                     AND l.objsubid OPERATOR(pg_catalog.=) 1::pg_catalog.int2 AND l.granted
-                    AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
-                    AND a.backend_type OPERATOR(pg_catalog.=) 'client backend'::pg_catalog.text",
+                    AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()",
                 None,
                 &[hi.into(), lo.into()],
             )?;
@@ -698,10 +696,15 @@ fn end_credential_sessions(credential: Uuid) -> i32 {
         })
         .unwrap_or_else(|e| error!("querylayer: cannot list the sessions of credential {credential}: {e}"));
         for pid in holders {
-            // SAFETY: BackendPidGetProc only reads the proc array; the pid is a client backend of
-            // this cluster, and SIGTERM is what pg_terminate_backend sends.
+            // SAFETY: BackendPidGetProc only reads the proc array. A regular backend of this
+            // database (not a background worker) gets SIGTERM, as pg_terminate_backend sends.
             unsafe {
-                if !pg_sys::BackendPidGetProc(pid).is_null() && pid != pg_sys::MyProcPid {
+                let proc = pg_sys::BackendPidGetProc(pid);
+                if !proc.is_null()
+                    && !(*proc).isBackgroundWorker
+                    && (*proc).databaseId == pg_sys::MyDatabaseId
+                    && pid != pg_sys::MyProcPid
+                {
                     if libc::kill(pid, libc::SIGTERM) == 0 {
                         ended += 1;
                     }

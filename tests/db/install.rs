@@ -78,12 +78,13 @@ impl TenantDb {
         let id = std::process::id();
         let n = uuid::Uuid::new_v4().simple().to_string();
         let (name, tenant) = (format!("ql_tenant_{}", &n[..12]), format!("ql_tenant_{id}_{}", &n[..6]));
-        connect(&admin_dsn())
+        let mut admin = connect(&admin_dsn());
+        admin
             .batch_execute(&format!(
-                "CREATE ROLE {tenant} LOGIN PASSWORD 'tenant-pw' NOSUPERUSER NOCREATEROLE;
-                 CREATE DATABASE {name} OWNER {tenant};"
+                "CREATE ROLE {tenant} LOGIN PASSWORD 'tenant-pw' NOSUPERUSER NOCREATEROLE"
             ))
             .unwrap();
+        admin.batch_execute(&format!("CREATE DATABASE {name} OWNER {tenant}")).unwrap();
         TenantDb { name, tenant }
     }
 
@@ -114,10 +115,8 @@ impl TenantDb {
 impl Drop for TenantDb {
     fn drop(&mut self) {
         if let Ok(mut admin) = postgres::Client::connect(&admin_dsn(), postgres::NoTls) {
-            let _ = admin.batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE); DROP ROLE IF EXISTS {}",
-                self.name, self.tenant
-            ));
+            let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+            let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.tenant));
         }
     }
 }

@@ -50,7 +50,7 @@ fn assert_ended(client: &mut Client, sql: &str) {
         || err.as_db_error().is_some_and(|db| db.code().code() == "57P01")
         || err.to_string().contains("connection closed")
         || err.to_string().contains("terminating connection");
-    assert!(ended, "expected the session to be ended, got: {err}");
+    assert!(ended, "expected the session to be ended, got: {err:?}");
 }
 
 #[test]
