@@ -237,11 +237,25 @@ $$;
 -- credential's site only). Returns the context to hold, or why the credential is dead. Decided on
 -- the wall clock (clock_timestamp, not the transaction's start), under the snapshot the
 -- extension chooses (the newest: see extension/src/context.rs).
+--
+-- Unknown, revoked and expired credentials take the same work: one indexed read of the one
+-- row (the extension passes the nil id for an unknown fingerprint), then the verdict. Only a
+-- live credential is read further.
 CREATE FUNCTION querylayer.resolve_connection(p_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    r record;
+    r         record;
+    v_revoked timestamptz;
+    v_expires timestamptz;
 BEGIN
+    SELECT c.revoked_at, c.expires_at INTO v_revoked, v_expires FROM querylayer.connections c WHERE c.id = p_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
+    ELSIF v_revoked IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
+    ELSIF v_expires <= clock_timestamp() THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
+    END IF;
     SELECT c.*, s.slug AS site_slug, o.slug AS organization_slug, a.handle AS agent_handle,
            a.kind AS agent_kind, a.profile_id, a.profile_name
       INTO r
@@ -250,13 +264,6 @@ BEGIN
       JOIN querylayer.organizations o ON o.id = c.organization_id
       JOIN querylayer.agents a ON a.id = c.agent_id
      WHERE c.id = p_id;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
-    ELSIF r.revoked_at IS NOT NULL THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= clock_timestamp() THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
-    END IF;
     RETURN jsonb_build_object(
         'ok', true,
         'organization_id', r.organization_id, 'organization', r.organization_slug,
@@ -278,8 +285,18 @@ $$;
 CREATE FUNCTION querylayer.resolve_member_token(p_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    r record;
+    r         record;
+    v_revoked timestamptz;
+    v_expires timestamptz;
 BEGIN
+    SELECT t.revoked_at, t.expires_at INTO v_revoked, v_expires FROM querylayer.member_tokens t WHERE t.id = p_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
+    ELSIF v_revoked IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
+    ELSIF v_expires <= clock_timestamp() THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
+    END IF;
     SELECT t.*, s.slug AS site_slug, o.slug AS organization_slug, m.handle AS member_handle,
            sm.role
       INTO r
@@ -289,13 +306,7 @@ BEGIN
       JOIN querylayer.members m ON m.id = t.member_id
       LEFT JOIN querylayer.site_members sm ON sm.site_id = t.site_id AND sm.member_id = t.member_id
      WHERE t.id = p_id;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
-    ELSIF r.revoked_at IS NOT NULL THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= clock_timestamp() THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
-    ELSIF r.role IS NULL THEN
+    IF r.role IS NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'no_site_role');
     END IF;
     RETURN jsonb_build_object(
