@@ -128,8 +128,16 @@ fn optional_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Error
     required_body(body)
 }
 
+/// A JSON body whose refusal names the offending field (`expires_at: invalid type: …`).
 fn required_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
-    serde_json::from_slice(body).map_err(|e| Error::invalid_argument(format!("invalid JSON body: {e}")))
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        match path.as_str() {
+            "." | "" => Error::invalid_argument(format!("invalid JSON body: {}", e.inner())),
+            _ => Error::invalid_argument(format!("{path}: {}", e.inner())),
+        }
+    })
 }
 
 /// `GET /api/console/me`: the member, role and site this token acts as.

@@ -130,7 +130,12 @@ async fn answer(
     // Parsed here only to refuse a malformed body with a clear message; the database reads the
     // question from the exact signed bytes.
     let parsed =
-        serde_json::from_slice::<AnswerBody>(&body).map(|_| String::from_utf8_lossy(&body).into_owned());
+        serde_path_to_error::deserialize::<_, AnswerBody>(&mut serde_json::Deserializer::from_slice(&body))
+            .map(|_| String::from_utf8_lossy(&body).into_owned())
+            .map_err(|e| match e.path().to_string().as_str() {
+                "." | "" => e.inner().to_string(),
+                path => format!("{path}: {}", e.inner()),
+            });
     let llm = state.config.llm.clone();
     governed(&state, &method, &uri, &headers, &body, async move |tx| {
         let body = parsed.map_err(|e| {
