@@ -17,7 +17,7 @@ CREATE POLICY credential_lookup ON querylayer.credentials FOR SELECT
     USING (fingerprint = querylayer.ctx_presented_fingerprint());
 CREATE POLICY credential_issue ON querylayer.credentials FOR INSERT
     WITH CHECK (site_id = querylayer.ctx_site_id());
-SELECT querylayer.make_append_only('querylayer.credentials');
+SELECT querylayer.make_append_only('querylayer.credentials'::regclass);
 
 CREATE TABLE querylayer.connections (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -36,7 +36,7 @@ CREATE TABLE querylayer.connections (
     created_by      text NOT NULL,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.connections');
+SELECT querylayer.isolate_by_site('querylayer.connections'::regclass);
 CREATE UNIQUE INDEX connections_live_name ON querylayer.connections (site_id, name) WHERE revoked_at IS NULL;
 CREATE INDEX connections_agent ON querylayer.connections (site_id, agent_id);
 
@@ -104,7 +104,7 @@ CREATE TABLE querylayer.member_tokens (
     created_by      text NOT NULL,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.member_tokens');
+SELECT querylayer.isolate_by_site('querylayer.member_tokens'::regclass);
 CREATE TRIGGER member_tokens_guard BEFORE UPDATE OR DELETE ON querylayer.member_tokens
     FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
 ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER member_tokens_guard;
@@ -166,7 +166,7 @@ BEGIN
             USING ERRCODE = 'QL409', HINT = 'revoke it first or choose another name';
     END IF;
     IF coalesce(p_secret, true) THEN
-        SELECT * INTO v_new FROM querylayer.new_secret('qlc');
+        SELECT * INTO v_new FROM querylayer.new_secret('qlc'::text);
     ELSE
         SELECT NULL::text AS secret, NULL::bytea AS fingerprint, '(did:key only)'::text AS prefix INTO v_new;
     END IF;
@@ -183,7 +183,7 @@ BEGIN
         INSERT INTO querylayer.did_bindings (connection_id, did, did_sha256, site_id, organization_id)
         VALUES (v_conn.id, p_did, querylayer.did_key_sha256(p_did), v_conn.site_id, v_conn.organization_id);
     END IF;
-    PERFORM querylayer.audit('connection.create', v_conn.id::text,
+    PERFORM querylayer.audit('connection.create'::text, v_conn.id::text,
         jsonb_build_object('name', v_conn.name, 'agent_id', v_conn.agent_id, 'scopes', v_conn.scopes,
                            'expires_at', v_conn.expires_at, 'harness', v_conn.harness, 'did', v_conn.did));
     RETURN jsonb_build_object(
@@ -213,14 +213,14 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM querylayer.site_members WHERE site_id = p_site_id AND member_id = p_member_id) THEN
         RAISE EXCEPTION 'the member has no role on this site' USING ERRCODE = 'QL403';
     END IF;
-    SELECT * INTO v_new FROM querylayer.new_secret('qlm');
+    SELECT * INTO v_new FROM querylayer.new_secret('qlm'::text);
     INSERT INTO querylayer.member_tokens (site_id, organization_id, member_id, name, prefix, expires_at, created_by)
     VALUES (p_site_id, v_site.organization_id, p_member_id, p_name, v_new.prefix,
             querylayer.check_expiry(p_expires_at), p_created_by)
     RETURNING * INTO v_token;
     INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
     VALUES (v_new.fingerprint, 'member_token', v_token.id, v_token.site_id, v_token.organization_id);
-    PERFORM querylayer.audit('member_token.create', v_token.id::text,
+    PERFORM querylayer.audit('member_token.create'::text, v_token.id::text,
         jsonb_build_object('name', v_token.name, 'member_id', v_token.member_id, 'expires_at', v_token.expires_at));
     RETURN jsonb_build_object(
         'member_token_id', v_token.id,

@@ -6,7 +6,7 @@ CREATE FUNCTION querylayer_api.console_list_proposals(p_state text DEFAULT 'pend
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     RETURN querylayer.list_proposals(p_state, p_limit);
 END
 $$;
@@ -67,7 +67,7 @@ CREATE FUNCTION querylayer_api.console_revoke_connection(p_connection_id uuid, p
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
-    RETURN querylayer.revoke_credential('querylayer.connections', p_connection_id, p_reason);
+    RETURN querylayer.revoke_credential('querylayer.connections'::regclass, p_connection_id, p_reason);
 END
 $$;
 
@@ -77,7 +77,7 @@ CREATE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcome text, p_d
                                                 p_error_code text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_connection(NULL);
+    PERFORM querylayer.require_connection(NULL::text);
     IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
@@ -87,7 +87,7 @@ BEGIN
     IF p_error_code IS NOT NULL AND p_error_code !~ '^[a-z][a-z0-9_]{0,63}$' THEN
         RAISE EXCEPTION 'error_code: a short machine code is required' USING ERRCODE = '22023';
     END IF;
-    PERFORM querylayer.audit('tool.call', p_tool,
+    PERFORM querylayer.audit('tool.call'::text, p_tool,
         jsonb_build_object('tool', p_tool, 'duration_ms', greatest(p_duration_ms, 0), 'error_code', p_error_code),
         p_outcome);
 END

@@ -54,7 +54,7 @@ CREATE POLICY did_lookup ON querylayer.did_bindings FOR SELECT
     USING (did_sha256 = querylayer.ctx_presented_fingerprint());
 CREATE POLICY did_bind ON querylayer.did_bindings FOR INSERT
     WITH CHECK (site_id = querylayer.ctx_site_id());
-SELECT querylayer.make_append_only('querylayer.did_bindings');
+SELECT querylayer.make_append_only('querylayer.did_bindings'::regclass);
 
 -- Which functions a signed /v1 request may run: a context made by authenticate_envelope runs
 -- only the functions mapped to the method and path its envelope signed (require_connection_for).
@@ -83,7 +83,7 @@ CREATE TABLE querylayer.did_challenges (
     used_at    timestamptz
 );
 CREATE INDEX did_challenges_site_expiry ON querylayer.did_challenges (site_id, expires_at);
-SELECT querylayer.isolate_by_site('querylayer.did_challenges');
+SELECT querylayer.isolate_by_site('querylayer.did_challenges'::regclass);
 
 CREATE FUNCTION querylayer.issue_did_challenge(p_site_id uuid, p_did text, p_issued_by text) RETURNS jsonb
 LANGUAGE plpgsql AS $$
@@ -186,7 +186,7 @@ CREATE POLICY receipts_read ON querylayer.envelope_receipts FOR SELECT
     USING (site_id = querylayer.ctx_site_id() OR (site_id IS NULL AND querylayer.ctx_is_operator()));
 CREATE POLICY receipts_write ON querylayer.envelope_receipts FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
-SELECT querylayer.make_append_only('querylayer.envelope_receipts');
+SELECT querylayer.make_append_only('querylayer.envelope_receipts'::regclass);
 
 CREATE FUNCTION querylayer.record_envelope_receipt(p jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -206,7 +206,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v jsonb;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     CASE p_key
         WHEN 'server_did' THEN
             IF p_value !~ '^did:[a-z0-9]+:[A-Za-z0-9._:%-]+$' THEN
@@ -234,7 +234,7 @@ BEGIN
                 coalesce(quote_literal(p_key), 'NULL') USING ERRCODE = '22023';
     END CASE;
     UPDATE querylayer.settings SET value = v, updated_at = now(), updated_by = querylayer.outer_user() WHERE key = p_key;
-    PERFORM querylayer.audit('setting.set', p_key, jsonb_build_object('value', v));
+    PERFORM querylayer.audit('setting.set'::text, p_key, jsonb_build_object('value', v));
     RETURN querylayer_api.get_settings();
 END
 $$;
@@ -242,7 +242,7 @@ $$;
 CREATE FUNCTION querylayer_api.get_settings() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     RETURN (SELECT jsonb_object_agg(key, value ORDER BY key) FROM querylayer.settings);
 END
 $$;
@@ -253,7 +253,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF p_site IS NOT NULL THEN
         v_site := querylayer.site_by_slug(p_site);
         PERFORM querylayer.enter_operator(v_site.id);
