@@ -55,7 +55,7 @@ CREATE TABLE querylayer.ledger_forms (
     fields     text[] NOT NULL CHECK (cardinality(fields) > 0),
     PRIMARY KEY (table_name, form)
 );
-SELECT querylayer.make_append_only('querylayer.ledger_forms');
+SELECT querylayer.make_append_only('querylayer.ledger_forms'::regclass);
 
 -- The extension's catalogs: tables whose rows every install writes alike, from its own version
 -- (install and upgrade scripts change them, nothing else). Every other table holds data and is

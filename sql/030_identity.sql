@@ -19,7 +19,7 @@ CREATE TABLE querylayer.organizations (
     name       text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
     created_at timestamptz NOT NULL DEFAULT now()
 );
-SELECT querylayer.isolate_by_organization('querylayer.organizations', 'id');
+SELECT querylayer.isolate_by_organization('querylayer.organizations'::regclass, 'id'::name);
 
 CREATE TABLE querylayer.sites (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -37,7 +37,7 @@ CREATE POLICY site_isolation ON querylayer.sites
 
 ALTER TABLE querylayer.ledger_heads
     ADD FOREIGN KEY (site_id) REFERENCES querylayer.sites ON DELETE RESTRICT;
-SELECT querylayer.isolate_by_site('querylayer.ledger_heads');
+SELECT querylayer.isolate_by_site('querylayer.ledger_heads'::regclass);
 
 CREATE TABLE querylayer.members (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -47,7 +47,7 @@ CREATE TABLE querylayer.members (
     created_at      timestamptz NOT NULL DEFAULT now(),
     UNIQUE (organization_id, handle)
 );
-SELECT querylayer.isolate_by_organization('querylayer.members');
+SELECT querylayer.isolate_by_organization('querylayer.members'::regclass);
 
 CREATE TABLE querylayer.site_members (
     site_id    uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
@@ -56,7 +56,7 @@ CREATE TABLE querylayer.site_members (
     granted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (site_id, member_id)
 );
-SELECT querylayer.isolate_by_site('querylayer.site_members');
+SELECT querylayer.isolate_by_site('querylayer.site_members'::regclass);
 
 CREATE TABLE querylayer.agents (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -74,7 +74,7 @@ CREATE TABLE querylayer.agents (
     UNIQUE (id, organization_id),
     CHECK (kind <> 'hermes' OR (profile_id IS NOT NULL AND profile_name IS NOT NULL))
 );
-SELECT querylayer.isolate_by_organization('querylayer.agents');
+SELECT querylayer.isolate_by_organization('querylayer.agents'::regclass);
 CREATE INDEX agents_profile_name ON querylayer.agents (profile_name);
 
 -- Everything about an agent is its identity except the routing name of its Hermes profile.
@@ -106,8 +106,8 @@ CREATE TABLE querylayer.agent_profile_renames (
     renamed_at      timestamptz NOT NULL DEFAULT now(),
     renamed_by      text NOT NULL
 );
-SELECT querylayer.isolate_by_organization('querylayer.agent_profile_renames');
-SELECT querylayer.make_append_only('querylayer.agent_profile_renames');
+SELECT querylayer.isolate_by_organization('querylayer.agent_profile_renames'::regclass);
+SELECT querylayer.make_append_only('querylayer.agent_profile_renames'::regclass);
 
 -- An agent holds permissions only on sites of its own organization (the composite keys say so).
 CREATE TABLE querylayer.agent_site_permissions (
@@ -121,7 +121,7 @@ CREATE TABLE querylayer.agent_site_permissions (
     FOREIGN KEY (site_id, organization_id) REFERENCES querylayer.sites (id, organization_id) ON DELETE RESTRICT,
     FOREIGN KEY (agent_id, organization_id) REFERENCES querylayer.agents (id, organization_id) ON DELETE RESTRICT
 );
-SELECT querylayer.isolate_by_site('querylayer.agent_site_permissions');
+SELECT querylayer.isolate_by_site('querylayer.agent_site_permissions'::regclass);
 
 -- Lookups used by operator functions; all fail closed with an error naming what was not found.
 CREATE FUNCTION querylayer.organization_by_slug(p_slug text) RETURNS querylayer.organizations

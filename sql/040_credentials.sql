@@ -17,7 +17,7 @@ CREATE POLICY credential_lookup ON querylayer.credentials FOR SELECT
     USING (fingerprint = querylayer.ctx_presented_fingerprint());
 CREATE POLICY credential_issue ON querylayer.credentials FOR INSERT
     WITH CHECK (site_id = querylayer.ctx_site_id());
-SELECT querylayer.make_append_only('querylayer.credentials');
+SELECT querylayer.make_append_only('querylayer.credentials'::regclass);
 
 CREATE TABLE querylayer.connections (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -36,7 +36,7 @@ CREATE TABLE querylayer.connections (
     created_by      text NOT NULL,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.connections');
+SELECT querylayer.isolate_by_site('querylayer.connections'::regclass);
 CREATE UNIQUE INDEX connections_live_name ON querylayer.connections (site_id, name) WHERE revoked_at IS NULL;
 CREATE INDEX connections_agent ON querylayer.connections (site_id, agent_id);
 
@@ -107,7 +107,7 @@ CREATE TABLE querylayer.member_tokens (
     created_by      text NOT NULL,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.member_tokens');
+SELECT querylayer.isolate_by_site('querylayer.member_tokens'::regclass);
 CREATE TRIGGER member_tokens_guard BEFORE UPDATE OR DELETE ON querylayer.member_tokens
     FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
 ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER member_tokens_guard;
@@ -136,9 +136,12 @@ $$;
 -- Issues a connection and returns its secret. The only place a connection secret exists.
 -- With p_did the connection is also bound to that did:key (signed envelopes act as it); with
 -- p_secret false it has no secret at all and only envelopes from that key act as it.
+-- Binding a did:key takes its holder's proof of possession (p_did_proof, checked by
+-- querylayer.check_did_proof): a did:key is public, and without it anyone could bind another's key.
 CREATE FUNCTION querylayer.issue_connection(
     p_site_id uuid, p_agent_id uuid, p_name text, p_scopes text[], p_expires_at timestamptz,
-    p_harness text, p_created_by text, p_did text DEFAULT NULL, p_secret boolean DEFAULT true
+    p_harness text, p_created_by text, p_did text DEFAULT NULL, p_secret boolean DEFAULT true,
+    p_did_proof jsonb DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -157,13 +160,16 @@ BEGIN
         RAISE EXCEPTION 'did:key % is bound to a live connection', p_did USING ERRCODE = 'QL409',
             HINT = 'revoke that connection first, or bind another key';
     END IF;
+    IF p_did IS NOT NULL THEN
+        PERFORM querylayer.check_did_proof(p_site_id, p_did, p_did_proof);
+    END IF;
     IF EXISTS (SELECT 1 FROM querylayer.connections
                 WHERE site_id = p_site_id AND name = p_name AND revoked_at IS NULL) THEN
         RAISE EXCEPTION 'a live connection named % already exists on this site', quote_literal(p_name)
             USING ERRCODE = 'QL409', HINT = 'revoke it first or choose another name';
     END IF;
     IF coalesce(p_secret, true) THEN
-        SELECT * INTO v_new FROM querylayer.new_secret('qlc');
+        SELECT * INTO v_new FROM querylayer.new_secret('qlc'::text);
     ELSE
         SELECT NULL::text AS secret, NULL::bytea AS fingerprint, '(did:key only)'::text AS prefix INTO v_new;
     END IF;
@@ -180,7 +186,7 @@ BEGIN
         INSERT INTO querylayer.did_bindings (connection_id, did, did_sha256, site_id, organization_id)
         VALUES (v_conn.id, p_did, querylayer.did_key_sha256(p_did), v_conn.site_id, v_conn.organization_id);
     END IF;
-    PERFORM querylayer.audit('connection.create', v_conn.id::text,
+    PERFORM querylayer.audit('connection.create'::text, v_conn.id::text,
         jsonb_build_object('name', v_conn.name, 'agent_id', v_conn.agent_id, 'scopes', v_conn.scopes,
                            'expires_at', v_conn.expires_at, 'harness', v_conn.harness, 'did', v_conn.did));
     RETURN jsonb_build_object(
@@ -210,14 +216,14 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM querylayer.site_members WHERE site_id = p_site_id AND member_id = p_member_id) THEN
         RAISE EXCEPTION 'the member has no role on this site' USING ERRCODE = 'QL403';
     END IF;
-    SELECT * INTO v_new FROM querylayer.new_secret('qlm');
+    SELECT * INTO v_new FROM querylayer.new_secret('qlm'::text);
     INSERT INTO querylayer.member_tokens (site_id, organization_id, member_id, name, prefix, expires_at, created_by)
     VALUES (p_site_id, v_site.organization_id, p_member_id, p_name, v_new.prefix,
             querylayer.check_expiry(p_expires_at), p_created_by)
     RETURNING * INTO v_token;
     INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
     VALUES (v_new.fingerprint, 'member_token', v_token.id, v_token.site_id, v_token.organization_id);
-    PERFORM querylayer.audit('member_token.create', v_token.id::text,
+    PERFORM querylayer.audit('member_token.create'::text, v_token.id::text,
         jsonb_build_object('name', v_token.name, 'member_id', v_token.member_id, 'expires_at', v_token.expires_at));
     RETURN jsonb_build_object(
         'member_token_id', v_token.id,
@@ -231,12 +237,28 @@ END
 $$;
 
 -- Called by the extension while it resolves a credential (context kind 'resolving', that
--- credential's site only). Returns the context to hold, or why the credential is dead.
+-- credential's site only). Returns the context to hold, or why the credential is dead. Decided on
+-- the wall clock (clock_timestamp, not the transaction's start), under the snapshot the
+-- extension chooses (the newest: see extension/src/context.rs).
+--
+-- Unknown, revoked and expired credentials take the same work: one indexed read of the one
+-- row (the extension passes the nil id for an unknown fingerprint), then the verdict. Only a
+-- live credential is read further.
 CREATE FUNCTION querylayer.resolve_connection(p_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    r record;
+    r         record;
+    v_revoked timestamptz;
+    v_expires timestamptz;
 BEGIN
+    SELECT c.revoked_at, c.expires_at INTO v_revoked, v_expires FROM querylayer.connections c WHERE c.id = p_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
+    ELSIF v_revoked IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
+    ELSIF v_expires <= clock_timestamp() THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
+    END IF;
     SELECT c.*, s.slug AS site_slug, o.slug AS organization_slug, a.handle AS agent_handle,
            a.kind AS agent_kind, a.profile_id, a.profile_name
       INTO r
@@ -245,13 +267,6 @@ BEGIN
       JOIN querylayer.organizations o ON o.id = c.organization_id
       JOIN querylayer.agents a ON a.id = c.agent_id
      WHERE c.id = p_id;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
-    ELSIF r.revoked_at IS NOT NULL THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= now() THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
-    END IF;
     RETURN jsonb_build_object(
         'ok', true,
         'organization_id', r.organization_id, 'organization', r.organization_slug,
@@ -273,8 +288,18 @@ $$;
 CREATE FUNCTION querylayer.resolve_member_token(p_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    r record;
+    r         record;
+    v_revoked timestamptz;
+    v_expires timestamptz;
 BEGIN
+    SELECT t.revoked_at, t.expires_at INTO v_revoked, v_expires FROM querylayer.member_tokens t WHERE t.id = p_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
+    ELSIF v_revoked IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
+    ELSIF v_expires <= clock_timestamp() THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
+    END IF;
     SELECT t.*, s.slug AS site_slug, o.slug AS organization_slug, m.handle AS member_handle,
            sm.role
       INTO r
@@ -284,13 +309,7 @@ BEGIN
       JOIN querylayer.members m ON m.id = t.member_id
       LEFT JOIN querylayer.site_members sm ON sm.site_id = t.site_id AND sm.member_id = t.member_id
      WHERE t.id = p_id;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
-    ELSIF r.revoked_at IS NOT NULL THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= now() THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
-    ELSIF r.role IS NULL THEN
+    IF r.role IS NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'no_site_role');
     END IF;
     RETURN jsonb_build_object(

@@ -25,7 +25,7 @@ CREATE POLICY audit_read ON querylayer.audit_events FOR SELECT
     USING (site_id = querylayer.ctx_site_id() OR (site_id IS NULL AND querylayer.ctx_is_operator()));
 CREATE POLICY audit_write ON querylayer.audit_events FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
-SELECT querylayer.make_append_only('querylayer.audit_events');
+SELECT querylayer.make_append_only('querylayer.audit_events'::regclass);
 
 -- Appends one audit record attributed to the current context.
 CREATE FUNCTION querylayer.audit(p_action text, p_target text DEFAULT NULL,

@@ -17,14 +17,14 @@ CREATE TABLE querylayer.runs (
     started_at            timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX runs_site_started ON querylayer.runs (site_id, started_at DESC);
-SELECT querylayer.isolate_by_site('querylayer.runs');
-SELECT querylayer.make_chained('querylayer.runs');
+SELECT querylayer.isolate_by_site('querylayer.runs'::regclass);
+SELECT querylayer.make_chained('querylayer.runs'::regclass);
 -- Columns of a chained table are added after make_chained, each followed by the canonical form
 -- it opens, exactly as the upgrade adds them (docs/operations.md, "Schema changes").
 -- 0.2.0, form 2 of runs: the extension version that recorded the run (NULL for earlier runs).
 ALTER TABLE querylayer.runs ADD COLUMN extension_version text;
 ALTER TABLE querylayer.runs ALTER COLUMN extension_version SET DEFAULT querylayer.installed_version();
-SELECT querylayer.add_ledger_form('querylayer.runs');
+SELECT querylayer.add_ledger_form('querylayer.runs'::regclass);
 
 CREATE TABLE querylayer.run_events (
     id                uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -46,8 +46,8 @@ CREATE TABLE querylayer.run_events (
 );
 CREATE UNIQUE INDEX run_events_one_start ON querylayer.run_events (run_id) WHERE kind = 'started';
 CREATE UNIQUE INDEX run_events_one_finish ON querylayer.run_events (run_id) WHERE kind = 'finished';
-SELECT querylayer.isolate_by_site('querylayer.run_events');
-SELECT querylayer.make_chained('querylayer.run_events');
+SELECT querylayer.isolate_by_site('querylayer.run_events'::regclass);
+SELECT querylayer.make_chained('querylayer.run_events'::regclass);
 
 CREATE TABLE querylayer.run_artifacts (
     id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -62,8 +62,8 @@ CREATE TABLE querylayer.run_artifacts (
     created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
     UNIQUE (run_id, key)
 );
-SELECT querylayer.isolate_by_site('querylayer.run_artifacts');
-SELECT querylayer.make_chained('querylayer.run_artifacts');
+SELECT querylayer.isolate_by_site('querylayer.run_artifacts'::regclass);
+SELECT querylayer.make_chained('querylayer.run_artifacts'::regclass);
 
 -- The run rules, held by the tables themselves: a record belongs to its run's site and
 -- connection, a finished run accepts nothing, and "completed" is impossible while a required
@@ -209,7 +209,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_run querylayer.runs;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     IF p_run_type IS NULL OR p_run_type !~ '^[a-z][a-z0-9_.:-]{0,79}$' THEN
         RAISE EXCEPTION 'run_type must be a stable identifier (lowercase, digits and _.:-, at most 80); got %',
             coalesce(quote_literal(p_run_type), 'NULL') USING ERRCODE = '22023';
@@ -224,12 +224,12 @@ BEGIN
                                  required_outputs, completion_conditions)
     VALUES (querylayer.ctx_site_id(), querylayer.ctx_organization_id(), querylayer.ctx_agent_id(),
             querylayer.ctx_connection_id(), querylayer.ctx_harness(), p_run_type, p_input,
-            querylayer.check_keys(p_required_outputs, 'required_outputs'),
+            querylayer.check_keys(p_required_outputs, 'required_outputs'::text),
             coalesce(p_completion_conditions, '{}'))
     RETURNING * INTO v_run;
     INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness)
     VALUES (v_run.site_id, v_run.id, 'started', v_run.agent_id, v_run.connection_id, v_run.harness);
-    PERFORM querylayer.audit('run.begin', v_run.id::text, jsonb_build_object('run_type', v_run.run_type));
+    PERFORM querylayer.audit('run.begin'::text, v_run.id::text, jsonb_build_object('run_type', v_run.run_type));
     RETURN querylayer.run_json(v_run);
 END
 $$;
@@ -245,7 +245,7 @@ DECLARE
     v_run querylayer.runs;
     v_art querylayer.run_artifacts;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
@@ -271,7 +271,7 @@ BEGIN
     VALUES (v_run.site_id, v_run.id, p_key, p_value, querylayer.check_affected_objects(p_affected_objects),
             querylayer.ctx_agent_id(), querylayer.ctx_connection_id(), querylayer.ctx_harness())
     RETURNING * INTO v_art;
-    PERFORM querylayer.audit('run.artifact', v_run.id::text, jsonb_build_object('key', p_key));
+    PERFORM querylayer.audit('run.artifact'::text, v_run.id::text, jsonb_build_object('key', p_key));
     RETURN jsonb_build_object('run_id', v_art.run_id, 'artifact_id', v_art.id, 'key', v_art.key,
                               'recorded_at', v_art.created_at,
                               'record_sha256', encode(v_art.record_sha256, 'hex'));
@@ -291,7 +291,7 @@ DECLARE
     v_outcome text := p_outcome;
     v_reason  text;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     IF p_outcome IS NULL OR p_outcome NOT IN ('completed', 'completed_with_warnings', 'needs_human_input',
                                                'blocked', 'failed', 'cancelled') THEN
         RAISE EXCEPTION 'outcome must be one of completed, completed_with_warnings, needs_human_input, blocked, failed, cancelled; got %',
@@ -322,7 +322,7 @@ BEGIN
     VALUES (v_run.site_id, v_run.id, 'finished', querylayer.ctx_agent_id(), querylayer.ctx_connection_id(),
             querylayer.ctx_harness(), v_outcome, p_outcome, v_reason, coalesce(p_reasons, '[]'),
             coalesce(v_missing, '{}'), p_summary);
-    PERFORM querylayer.audit('run.finish', v_run.id::text,
+    PERFORM querylayer.audit('run.finish'::text, v_run.id::text,
         jsonb_build_object('outcome', v_outcome, 'requested_outcome', p_outcome, 'reason_code', v_reason));
     RETURN querylayer.run_json(v_run);
 END
@@ -333,7 +333,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_run querylayer.runs;
 BEGIN
-    PERFORM querylayer.require_principal('runs:read');
+    PERFORM querylayer.require_principal('runs:read'::text);
     SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
@@ -353,7 +353,7 @@ $$;
 CREATE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamptz DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('runs:read');
+    PERFORM querylayer.require_principal('runs:read'::text);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
     END IF;
@@ -370,7 +370,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     r record;
 BEGIN
-    PERFORM querylayer.require_connection('site:read');
+    PERFORM querylayer.require_connection('site:read'::text);
     SELECT o.slug AS organization, o.name AS organization_name, s.slug AS site, s.name AS site_name,
            a.handle AS agent, a.kind AS agent_kind, a.profile_id, a.profile_name,
            c.name AS connection, c.prefix, c.expires_at, c.harness

@@ -13,8 +13,8 @@ CREATE TABLE querylayer.templates (
     created_at timestamptz NOT NULL DEFAULT now(),
     UNIQUE (site_id, name, version)
 );
-SELECT querylayer.isolate_by_site('querylayer.templates');
-SELECT querylayer.make_append_only('querylayer.templates');
+SELECT querylayer.isolate_by_site('querylayer.templates'::regclass);
+SELECT querylayer.make_append_only('querylayer.templates'::regclass);
 
 -- Validates a template's field list: [{"name", "type", "required", "max_length"?}].
 CREATE FUNCTION querylayer.check_template_fields(p_fields jsonb) RETURNS jsonb
@@ -117,7 +117,7 @@ CREATE TABLE querylayer.content_items (
     updated_at            timestamptz NOT NULL DEFAULT now(),
     UNIQUE (site_id, slug)
 );
-SELECT querylayer.isolate_by_site('querylayer.content_items');
+SELECT querylayer.isolate_by_site('querylayer.content_items'::regclass);
 
 -- An agent's record belongs to an open run of its own connection; a member's to that member.
 -- Held by the tables (revisions, proposals, source packages, evidence), so no code path can
@@ -187,9 +187,9 @@ CREATE TABLE querylayer.content_revisions (
     UNIQUE (content_id, revision_number),
     UNIQUE (content_id, id)
 );
-SELECT querylayer.isolate_by_site('querylayer.content_revisions');
-SELECT querylayer.make_attributed('querylayer.content_revisions');
-SELECT querylayer.make_chained('querylayer.content_revisions');
+SELECT querylayer.isolate_by_site('querylayer.content_revisions'::regclass);
+SELECT querylayer.make_attributed('querylayer.content_revisions'::regclass);
+SELECT querylayer.make_chained('querylayer.content_revisions'::regclass);
 
 -- The pointers name revisions of the same item.
 ALTER TABLE querylayer.content_items
@@ -304,7 +304,7 @@ BEGIN
             RAISE EXCEPTION 'run_id: members draft outside governed runs; omit it' USING ERRCODE = '22023';
         END IF;
     ELSE
-        PERFORM querylayer.require_connection('content:write');
+        PERFORM querylayer.require_connection('content:write'::text);
         IF p_run_id IS NULL THEN
             RAISE EXCEPTION 'run_id is required: an agent draft belongs to an open run of its connection'
                 USING ERRCODE = '22023', HINT = 'call begin_run first';
@@ -355,7 +355,7 @@ BEGIN
     RETURNING * INTO v_rev;
     UPDATE querylayer.content_items SET draft_revision_id = v_rev.id, updated_at = now()
      WHERE id = v_item.id RETURNING * INTO v_item;
-    PERFORM querylayer.audit('content.draft', v_item.id::text,
+    PERFORM querylayer.audit('content.draft'::text, v_item.id::text,
         jsonb_build_object('revision_id', v_rev.id, 'revision_number', v_rev.revision_number, 'run_id', p_run_id));
     RETURN querylayer.content_json(v_item) || jsonb_build_object('revision_id', v_rev.id, 'revision_number', v_rev.revision_number);
 END
@@ -364,7 +364,7 @@ $$;
 CREATE FUNCTION querylayer_api.list_content(p_state text DEFAULT NULL, p_limit integer DEFAULT 50) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
         RAISE EXCEPTION 'state must be draft, published or archived; got %', quote_literal(p_state) USING ERRCODE = '22023';
     END IF;
@@ -384,7 +384,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     r record;
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     SELECT v.*, t.name AS template_name, t.version AS template_version, i.draft_revision_id, i.published_revision_id
       INTO r
       FROM querylayer.content_revisions v
@@ -415,7 +415,7 @@ DECLARE
     v_site querylayer.sites;
     v      querylayer.templates;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
@@ -426,7 +426,7 @@ BEGIN
             coalesce((SELECT max(version) FROM querylayer.templates WHERE site_id = v_site.id AND name = p_name), 0) + 1,
             querylayer.check_template_fields(p_fields))
     RETURNING * INTO v;
-    PERFORM querylayer.audit('template.create', v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
+    PERFORM querylayer.audit('template.create'::text, v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
     RETURN jsonb_build_object('template_id', v.id, 'site', v_site.slug, 'name', v.name, 'version', v.version, 'fields', v.fields);
 END
 $$;

@@ -30,9 +30,9 @@ CREATE TABLE querylayer.proposals (
     created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX proposals_site_created ON querylayer.proposals (site_id, created_at DESC);
-SELECT querylayer.isolate_by_site('querylayer.proposals');
-SELECT querylayer.make_attributed('querylayer.proposals');
-SELECT querylayer.make_chained('querylayer.proposals');
+SELECT querylayer.isolate_by_site('querylayer.proposals'::regclass);
+SELECT querylayer.make_attributed('querylayer.proposals'::regclass);
+SELECT querylayer.make_chained('querylayer.proposals'::regclass);
 
 -- The server assigns risk from the type, whatever the insert says (a restore keeps the dumped one).
 CREATE FUNCTION querylayer.assign_risk() RETURNS trigger
@@ -63,8 +63,8 @@ CREATE TABLE querylayer.proposal_items (
     CHECK ((action = 'publish') = (revision_id IS NOT NULL)),
     CHECK (action <> 'restore' OR archived_at_snapshot IS NOT NULL)
 );
-SELECT querylayer.isolate_by_site('querylayer.proposal_items');
-SELECT querylayer.make_append_only('querylayer.proposal_items');
+SELECT querylayer.isolate_by_site('querylayer.proposal_items'::regclass);
+SELECT querylayer.make_append_only('querylayer.proposal_items'::regclass);
 
 CREATE TABLE querylayer.proposal_decisions (
     id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -76,8 +76,8 @@ CREATE TABLE querylayer.proposal_decisions (
     note           text CHECK (length(note) <= 4000),
     decided_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-SELECT querylayer.isolate_by_site('querylayer.proposal_decisions');
-SELECT querylayer.make_chained('querylayer.proposal_decisions');
+SELECT querylayer.isolate_by_site('querylayer.proposal_decisions'::regclass);
+SELECT querylayer.make_chained('querylayer.proposal_decisions'::regclass);
 
 -- A decision is an authenticated member's, with a role that may decide this type. Held by the
 -- table, so neither a function bug nor a direct insert lets an agent (or anyone) decide.
@@ -119,8 +119,8 @@ CREATE TABLE querylayer.proposal_executions (
     detail         jsonb NOT NULL,
     executed_at    timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-SELECT querylayer.isolate_by_site('querylayer.proposal_executions');
-SELECT querylayer.make_chained('querylayer.proposal_executions');
+SELECT querylayer.isolate_by_site('querylayer.proposal_executions'::regclass);
+SELECT querylayer.make_chained('querylayer.proposal_executions'::regclass);
 
 CREATE FUNCTION querylayer.execution_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -256,16 +256,16 @@ BEGIN
     -- Risk is the server's; a client-supplied one is dropped.
     p_payload := p_payload - 'risk';
     IF p_type IN ('create_content', 'revision') THEN
-        v_cid := querylayer.payload_uuid(p_payload->'content_id', 'payload.content_id');
-        v_rid := querylayer.payload_uuid(p_payload->'revision_id', 'payload.revision_id');
+        v_cid := querylayer.payload_uuid(p_payload->'content_id', 'payload.content_id'::text);
+        v_rid := querylayer.payload_uuid(p_payload->'revision_id', 'payload.revision_id'::text);
         IF NOT EXISTS (SELECT 1 FROM querylayer.content_revisions WHERE id = v_rid AND content_id = v_cid) THEN
             RAISE EXCEPTION 'payload.revision_id: no revision % of item % on this site', v_rid, v_cid USING ERRCODE = 'QL404';
         END IF;
         -- Contributor output may cite what commissioned or fed it (a brief, staged source records).
         PERFORM querylayer.check_draft_references(p_payload);
     ELSIF p_type = 'internal_link' THEN
-        FOREACH v_cid IN ARRAY ARRAY[querylayer.payload_uuid(p_payload->'from_content_id', 'payload.from_content_id'),
-                                      querylayer.payload_uuid(p_payload->'to_content_id', 'payload.to_content_id')] LOOP
+        FOREACH v_cid IN ARRAY ARRAY[querylayer.payload_uuid(p_payload->'from_content_id', 'payload.from_content_id'::text),
+                                      querylayer.payload_uuid(p_payload->'to_content_id', 'payload.to_content_id'::text)] LOOP
             IF NOT EXISTS (SELECT 1 FROM querylayer.content_items WHERE id = v_cid) THEN
                 RAISE EXCEPTION 'payload: no content item % on this site', v_cid USING ERRCODE = 'QL404';
             END IF;
@@ -347,7 +347,7 @@ DECLARE
     v_payload jsonb;
     v_id      uuid;
 BEGIN
-    PERFORM querylayer.require_connection(NULL);
+    PERFORM querylayer.require_connection(NULL::text);
     SELECT * INTO v_type FROM querylayer.proposal_types WHERE type = p_type;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'type must be one of %; got %',
@@ -372,7 +372,7 @@ BEGIN
                i.archived_at_snapshot
           FROM querylayer.lifecycle_items(p_type, v_payload) i;
     END IF;
-    PERFORM querylayer.audit('proposal.create', v_id::text, jsonb_build_object('type', p_type, 'run_id', p_run_id));
+    PERFORM querylayer.audit('proposal.create'::text, v_id::text, jsonb_build_object('type', p_type, 'run_id', p_run_id));
     RETURN querylayer.proposal_json(v_id);
 END
 $$;
@@ -498,15 +498,15 @@ CREATE FUNCTION querylayer_api.request_publish_approval(p_run_id uuid, p_items j
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_connection('publish:request');
-    RETURN querylayer.propose(p_run_id, 'publish_lifecycle', jsonb_build_object('items', p_items), p_summary);
+    PERFORM querylayer.require_connection('publish:request'::text);
+    RETURN querylayer.propose(p_run_id, 'publish_lifecycle'::text, jsonb_build_object('items', p_items), p_summary);
 END
 $$;
 
 CREATE FUNCTION querylayer_api.list_proposals(p_state text DEFAULT NULL, p_limit integer DEFAULT 50) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     RETURN querylayer.list_proposals(p_state, p_limit);
 END
 $$;
@@ -523,7 +523,7 @@ DECLARE
     v_decision querylayer.proposal_decisions;
     v_prior    querylayer.proposal_decisions;
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     IF p_decision IS NULL OR p_decision NOT IN ('approve', 'reject') THEN
         RAISE EXCEPTION 'decision must be approve or reject; got %', coalesce(quote_literal(p_decision), 'NULL')
             USING ERRCODE = '22023';
@@ -546,7 +546,7 @@ BEGIN
     IF v_decision.decision = 'approved' AND querylayer.executes_on_approval(v_prop.type) THEN
         PERFORM querylayer.execute_decision(v_decision.id);
     END IF;
-    PERFORM querylayer.audit('proposal.decide', v_prop.id::text,
+    PERFORM querylayer.audit('proposal.decide'::text, v_prop.id::text,
         jsonb_build_object('decision', v_decision.decision, 'type', v_prop.type));
     RETURN querylayer.proposal_json(v_prop.id);
 END

@@ -6,7 +6,7 @@ CREATE FUNCTION querylayer_api.console_list_proposals(p_state text DEFAULT 'pend
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     RETURN querylayer.list_proposals(p_state, p_limit);
 END
 $$;
@@ -31,7 +31,7 @@ $$;
 
 CREATE FUNCTION querylayer_api.console_create_connection(
     p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz, p_harness text DEFAULT 'generic',
-    p_did text DEFAULT NULL
+    p_did text DEFAULT NULL, p_did_proof jsonb DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -49,7 +49,17 @@ BEGIN
             HINT = 'ask an operator to bind it (querylayer admin create-connection --did)';
     END IF;
     RETURN querylayer.issue_connection(querylayer.ctx_site_id(), v_agent.id, p_name, p_scopes, p_expires_at,
-                                       p_harness, 'member:' || querylayer.ctx_member_id(), p_did);
+                                       p_harness, 'member:' || querylayer.ctx_member_id(), p_did, true, p_did_proof);
+END
+$$;
+
+-- A challenge for binding a did:key on the member's site (owner, admin): the key's holder signs
+-- it, and console_create_connection takes the signature as the proof of possession.
+CREATE FUNCTION querylayer_api.console_create_did_challenge(p_did text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    RETURN querylayer.issue_did_challenge(querylayer.ctx_site_id(), p_did, 'member:' || querylayer.ctx_member_id());
 END
 $$;
 
@@ -57,7 +67,7 @@ CREATE FUNCTION querylayer_api.console_revoke_connection(p_connection_id uuid, p
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
-    RETURN querylayer.revoke_credential('querylayer.connections', p_connection_id, p_reason);
+    RETURN querylayer.revoke_credential('querylayer.connections'::regclass, p_connection_id, p_reason);
 END
 $$;
 
@@ -67,7 +77,7 @@ CREATE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcome text, p_d
                                                 p_error_code text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_connection(NULL);
+    PERFORM querylayer.require_connection(NULL::text);
     IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
@@ -77,7 +87,7 @@ BEGIN
     IF p_error_code IS NOT NULL AND p_error_code !~ '^[a-z][a-z0-9_]{0,63}$' THEN
         RAISE EXCEPTION 'error_code: a short machine code is required' USING ERRCODE = '22023';
     END IF;
-    PERFORM querylayer.audit('tool.call', p_tool,
+    PERFORM querylayer.audit('tool.call'::text, p_tool,
         jsonb_build_object('tool', p_tool, 'duration_ms', greatest(p_duration_ms, 0), 'error_code', p_error_code),
         p_outcome);
 END
@@ -85,4 +95,5 @@ $$;
 
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals, querylayer_api.console_list_connections,
     querylayer_api.console_create_connection, querylayer_api.console_revoke_connection,
+    querylayer_api.console_create_did_challenge,
     querylayer_api.record_tool_call TO querylayer_edge;

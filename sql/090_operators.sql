@@ -7,11 +7,11 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v querylayer.organizations;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     INSERT INTO querylayer.organizations (slug, name)
-    VALUES (querylayer.check_slug(p_slug, 'organization slug'), coalesce(p_name, p_slug))
+    VALUES (querylayer.check_slug(p_slug, 'organization slug'::text), coalesce(p_name, p_slug))
     RETURNING * INTO v;
-    PERFORM querylayer.audit('organization.create', v.id::text, jsonb_build_object('slug', v.slug));
+    PERFORM querylayer.audit('organization.create'::text, v.id::text, jsonb_build_object('slug', v.slug));
     RETURN jsonb_build_object('organization_id', v.id, 'slug', v.slug, 'name', v.name);
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'an organization with slug % already exists', quote_literal(p_slug) USING ERRCODE = 'QL409';
@@ -24,17 +24,17 @@ DECLARE
     v_org  querylayer.organizations;
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_org := querylayer.organization_by_slug(p_organization);
     IF EXISTS (SELECT 1 FROM querylayer.sites WHERE slug = p_slug) THEN
         RAISE EXCEPTION 'a site with slug % already exists', quote_literal(p_slug) USING ERRCODE = 'QL409';
     END IF;
     INSERT INTO querylayer.sites (organization_id, slug, name)
-    VALUES (v_org.id, querylayer.check_slug(p_slug, 'site slug'), coalesce(p_name, p_slug))
+    VALUES (v_org.id, querylayer.check_slug(p_slug, 'site slug'::text), coalesce(p_name, p_slug))
     RETURNING * INTO v_site;
     PERFORM querylayer.enter_operator(v_site.id);
     INSERT INTO querylayer.ledger_heads (site_id, seq, head) VALUES (v_site.id, 0, querylayer.ledger_genesis(v_site.id));
-    PERFORM querylayer.audit('site.create', v_site.id::text, jsonb_build_object('slug', v_site.slug));
+    PERFORM querylayer.audit('site.create'::text, v_site.id::text, jsonb_build_object('slug', v_site.slug));
     RETURN jsonb_build_object('site_id', v_site.id, 'slug', v_site.slug, 'name', v_site.name,
                               'organization', v_org.slug);
 END
@@ -46,7 +46,7 @@ DECLARE
     v_org querylayer.organizations;
     v     querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_org := querylayer.organization_by_slug(p_organization);
     IF p_handle IS NULL OR p_handle !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
         RAISE EXCEPTION 'invalid member handle %', coalesce(quote_literal(p_handle), 'NULL') USING ERRCODE = '22023';
@@ -57,7 +57,7 @@ BEGIN
     INSERT INTO querylayer.members (organization_id, handle, display_name)
     VALUES (v_org.id, p_handle, coalesce(p_display_name, p_handle))
     RETURNING * INTO v;
-    PERFORM querylayer.audit('member.create', v.id::text, jsonb_build_object('handle', v.handle));
+    PERFORM querylayer.audit('member.create'::text, v.id::text, jsonb_build_object('handle', v.handle));
     RETURN jsonb_build_object('member_id', v.id, 'handle', v.handle, 'display_name', v.display_name,
                               'organization', v_org.slug);
 END
@@ -69,21 +69,29 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
+    v_old    text;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
     IF p_role IS NOT NULL AND p_role NOT IN ('owner', 'admin', 'editor', 'viewer') THEN
         RAISE EXCEPTION 'role must be owner, admin, editor or viewer; got %', quote_literal(p_role) USING ERRCODE = '22023';
     END IF;
     PERFORM querylayer.enter_operator(v_site.id);
+    SELECT role INTO v_old FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id FOR UPDATE;
     IF p_role IS NULL THEN
         DELETE FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id;
     ELSE
         INSERT INTO querylayer.site_members (site_id, member_id, role) VALUES (v_site.id, v_member.id, p_role)
         ON CONFLICT (site_id, member_id) DO UPDATE SET role = EXCLUDED.role, granted_at = now();
     END IF;
-    PERFORM querylayer.audit('member.role', v_member.id::text, jsonb_build_object('role', p_role));
+    IF v_old IS DISTINCT FROM p_role THEN
+        -- A member acting with the old role right now stops: their tokens' sessions end.
+        PERFORM querylayer.end_credential_sessions(t.id)
+           FROM querylayer.member_tokens t
+          WHERE t.site_id = v_site.id AND t.member_id = v_member.id AND t.revoked_at IS NULL AND t.expires_at > clock_timestamp();
+    END IF;
+    PERFORM querylayer.audit('member.role'::text, v_member.id::text, jsonb_build_object('role', p_role));
     RETURN jsonb_build_object('site', v_site.slug, 'member', v_member.handle, 'role', p_role);
 END
 $$;
@@ -97,7 +105,7 @@ DECLARE
     v_org querylayer.organizations;
     v     querylayer.agents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_org := querylayer.organization_by_slug(p_organization);
     IF p_handle IS NULL OR p_handle !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
         RAISE EXCEPTION 'invalid agent handle %', coalesce(quote_literal(p_handle), 'NULL') USING ERRCODE = '22023';
@@ -121,7 +129,7 @@ BEGIN
     INSERT INTO querylayer.agents (organization_id, handle, kind, profile_id, profile_name, principal)
     VALUES (v_org.id, p_handle, coalesce(p_kind, 'generic'), p_profile_id, p_profile_name, coalesce(p_principal, p_handle))
     RETURNING * INTO v;
-    PERFORM querylayer.audit('agent.create', v.id::text,
+    PERFORM querylayer.audit('agent.create'::text, v.id::text,
         jsonb_build_object('handle', v.handle, 'kind', v.kind, 'profile_id', v.profile_id));
     RETURN jsonb_build_object('agent_id', v.id, 'handle', v.handle, 'kind', v.kind, 'principal', v.principal,
                               'profile_id', v.profile_id, 'profile_name', v.profile_name, 'organization', v_org.slug);
@@ -135,7 +143,7 @@ DECLARE
     v   querylayer.agents;
     v_old text;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF p_new_name IS NULL OR length(p_new_name) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'the new profile name must have 1 to 200 characters' USING ERRCODE = '22023';
     END IF;
@@ -148,7 +156,7 @@ BEGIN
     UPDATE querylayer.agents SET profile_name = p_new_name WHERE id = v.id;
     INSERT INTO querylayer.agent_profile_renames (organization_id, agent_id, profile_id, old_name, new_name, renamed_by)
     VALUES (v.organization_id, v.id, v.profile_id, v_old, p_new_name, querylayer.outer_user());
-    PERFORM querylayer.audit('agent.rename_profile', v.id::text,
+    PERFORM querylayer.audit('agent.rename_profile'::text, v.id::text,
         jsonb_build_object('profile_id', v.profile_id, 'old_name', v_old, 'new_name', p_new_name));
     RETURN jsonb_build_object('agent_id', v.id, 'handle', v.handle, 'profile_id', v.profile_id,
                               'old_name', v_old, 'profile_name', p_new_name);
@@ -163,7 +171,7 @@ DECLARE
     v   querylayer.agents;
     v_n integer;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF (p_profile_id IS NULL) = (p_profile_name IS NULL) THEN
         RAISE EXCEPTION 'give exactly one of profile_id or profile_name' USING ERRCODE = '22023';
     END IF;
@@ -191,7 +199,7 @@ DECLARE
     v_agent  querylayer.agents;
     v_scopes text[];
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
     v_scopes := querylayer.normalize_scopes(p_scopes);
@@ -199,7 +207,7 @@ BEGIN
     INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
     SELECT v_site.id, v_site.organization_id, v_agent.id, s, querylayer.outer_user() FROM unnest(v_scopes) AS s
     ON CONFLICT DO NOTHING;
-    PERFORM querylayer.audit('agent.grant', v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
     RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
         'scopes', (SELECT to_jsonb(array_agg(scope ORDER BY scope)) FROM querylayer.agent_site_permissions
                     WHERE site_id = v_site.id AND agent_id = v_agent.id));
@@ -215,14 +223,19 @@ DECLARE
     v_agent  querylayer.agents;
     v_scopes text[];
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
     v_scopes := querylayer.normalize_scopes(p_scopes);
     PERFORM querylayer.enter_operator(v_site.id);
     DELETE FROM querylayer.agent_site_permissions
      WHERE site_id = v_site.id AND agent_id = v_agent.id AND scope = ANY (v_scopes);
-    PERFORM querylayer.audit('agent.revoke', v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    -- A connection acting with a withdrawn scope right now stops: its sessions end.
+    PERFORM querylayer.end_credential_sessions(c.id)
+       FROM querylayer.connections c
+      WHERE c.site_id = v_site.id AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
+        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
+    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
     RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
         'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
                     WHERE site_id = v_site.id AND agent_id = v_agent.id));
@@ -233,19 +246,34 @@ $$;
 -- nowhere else; store it now.
 CREATE FUNCTION querylayer_api.create_connection(
     p_site text, p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz,
-    p_harness text DEFAULT 'generic', p_did text DEFAULT NULL, p_secret boolean DEFAULT true
+    p_harness text DEFAULT 'generic', p_did text DEFAULT NULL, p_secret boolean DEFAULT true,
+    p_did_proof jsonb DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site  querylayer.sites;
     v_agent querylayer.agents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_connection(v_site.id, v_agent.id, p_name, p_scopes, p_expires_at, p_harness,
-                                       'operator:' || querylayer.outer_user(), p_did, p_secret);
+                                       'operator:' || querylayer.outer_user(), p_did, p_secret, p_did_proof);
+END
+$$;
+
+-- A challenge for binding a did:key to a connection of p_site: the key's holder signs it
+-- (`querylayer envelope prove`), and create_connection takes the signature as p_did_proof.
+CREATE FUNCTION querylayer_api.create_did_challenge(p_site text, p_did text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN querylayer.issue_did_challenge(v_site.id, p_did, 'operator:' || querylayer.outer_user());
 END
 $$;
 
@@ -285,6 +313,9 @@ BEGIN
     PERFORM querylayer.audit(CASE p_table WHEN 'querylayer.connections'::regclass THEN 'connection.revoke'
                                           ELSE 'member_token.revoke' END,
                              p_id::text, jsonb_build_object('reason', p_reason));
+    -- No backend goes on acting with it: those holding its context end now, and one that is
+    -- authenticating waits for this revocation to commit, then sees it.
+    PERFORM querylayer.end_credential_sessions(p_id);
     RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', false);
 END
 $$;
@@ -292,9 +323,9 @@ $$;
 CREATE FUNCTION querylayer_api.revoke_connection(p_connection_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
-    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.connections', p_connection_id));
-    RETURN querylayer.revoke_credential('querylayer.connections', p_connection_id, p_reason);
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.connections'::regclass, p_connection_id));
+    RETURN querylayer.revoke_credential('querylayer.connections'::regclass, p_connection_id, p_reason);
 END
 $$;
 
@@ -306,7 +337,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN QUERY
@@ -329,7 +360,7 @@ DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
     PERFORM querylayer.enter_operator(v_site.id);
@@ -340,9 +371,9 @@ $$;
 CREATE FUNCTION querylayer_api.revoke_member_token(p_token_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
-    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.member_tokens', p_token_id));
-    RETURN querylayer.revoke_credential('querylayer.member_tokens', p_token_id, p_reason);
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.member_tokens'::regclass, p_token_id));
+    RETURN querylayer.revoke_credential('querylayer.member_tokens'::regclass, p_token_id, p_reason);
 END
 $$;
 
@@ -352,7 +383,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN jsonb_build_object('site', v_site.slug) || querylayer.verify_ledger_site(v_site.id);
@@ -366,7 +397,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF p_site IS NOT NULL THEN
         v_site := querylayer.site_by_slug(p_site);
         PERFORM querylayer.enter_operator(v_site.id);
@@ -391,38 +422,38 @@ DECLARE
     v_owner querylayer.members;
     v_suffix text := to_char(clock_timestamp(), 'YYYYMMDD"T"HH24MISS.US');
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF NOT EXISTS (SELECT 1 FROM querylayer.organizations WHERE slug = 'demo') THEN
-        PERFORM querylayer_api.create_organization('demo', 'Demo organization');
+        PERFORM querylayer_api.create_organization('demo'::text, 'Demo organization'::text);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM querylayer.sites WHERE slug = 'demo') THEN
-        PERFORM querylayer_api.create_site('demo', 'demo', 'Demo site');
+        PERFORM querylayer_api.create_site('demo'::text, 'demo'::text, 'Demo site'::text);
     END IF;
-    PERFORM querylayer.enter_operator(NULL);
-    v_site := querylayer.site_by_slug('demo');
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug('demo'::text);
     IF NOT EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_site.organization_id AND handle = 'demo-agent') THEN
-        PERFORM querylayer_api.create_agent('demo', 'demo-agent', 'hermes', 'demo-profile-0001', 'demo',
-                                            'did:example:qg-navigator');
+        PERFORM querylayer_api.create_agent('demo'::text, 'demo-agent'::text, 'hermes'::text, 'demo-profile-0001'::text, 'demo'::text,
+                                            'did:example:qg-navigator'::text);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_site.organization_id AND handle = 'demo-owner') THEN
-        PERFORM querylayer_api.create_member('demo', 'demo-owner', 'Demo owner');
+        PERFORM querylayer_api.create_member('demo'::text, 'demo-owner'::text, 'Demo owner'::text);
     END IF;
-    PERFORM querylayer_api.set_member_role('demo', 'demo-owner', 'owner');
-    PERFORM querylayer_api.grant_agent_scopes('demo', 'demo-agent', ARRAY(SELECT scope FROM querylayer.scopes));
+    PERFORM querylayer_api.set_member_role('demo'::text, 'demo-owner'::text, 'owner'::text);
+    PERFORM querylayer_api.grant_agent_scopes('demo'::text, 'demo-agent'::text, ARRAY(SELECT scope FROM querylayer.scopes));
     PERFORM querylayer.enter_operator(v_site.id);
     IF NOT EXISTS (SELECT 1 FROM querylayer.templates WHERE site_id = v_site.id AND name = 'article') THEN
-        PERFORM querylayer_api.create_template('demo', 'article',
+        PERFORM querylayer_api.create_template('demo'::text, 'article'::text,
             '[{"name": "title", "type": "text", "required": true, "max_length": 200},
               {"name": "body", "type": "markdown", "required": true},
               {"name": "summary", "type": "text", "required": false, "max_length": 500},
-              {"name": "tags", "type": "list", "required": false}]');
+              {"name": "tags", "type": "list", "required": false}]'::jsonb);
     END IF;
     PERFORM querylayer.seed_demo_semantics(v_site.id);
     RETURN jsonb_build_object(
         'organization', 'demo', 'site', 'demo', 'agent', 'demo-agent', 'member', 'demo-owner',
-        'connection', querylayer_api.create_connection('demo', 'demo-agent', 'demo ' || v_suffix,
-                          ARRAY(SELECT scope FROM querylayer.scopes), now() + interval '24 hours', 'generic'),
-        'member_token', querylayer_api.create_member_token('demo', 'demo-owner', 'demo ' || v_suffix,
+        'connection', querylayer_api.create_connection('demo'::text, 'demo-agent'::text, 'demo ' || v_suffix,
+                          ARRAY(SELECT scope FROM querylayer.scopes), now() + interval '24 hours', 'generic'::text),
+        'member_token', querylayer_api.create_member_token('demo'::text, 'demo-owner'::text, 'demo ' || v_suffix,
                           now() + interval '24 hours'));
 END
 $$;

@@ -69,7 +69,96 @@ CREATE POLICY did_lookup ON querylayer.did_bindings FOR SELECT
     USING (did_sha256 = querylayer.ctx_presented_fingerprint());
 CREATE POLICY did_bind ON querylayer.did_bindings FOR INSERT
     WITH CHECK (site_id = querylayer.ctx_site_id());
-SELECT querylayer.make_append_only('querylayer.did_bindings');
+SELECT querylayer.make_append_only('querylayer.did_bindings'::regclass);
+
+-- Which functions a signed /v1 request may run: a context made by authenticate_envelope runs
+-- only the functions mapped to the method and path its envelope signed (require_connection_for).
+CREATE TABLE querylayer.envelope_routes (
+    method        text NOT NULL CHECK (method ~ '^[A-Z]{1,16}$'),
+    path          text NOT NULL CHECK (path ~ '^/[!-~]*$' AND length(path) <= 512),
+    function_name text NOT NULL CHECK (function_name ~ '^querylayer_api\.[a-z_]+$'),
+    PRIMARY KEY (method, path, function_name)
+);
+INSERT INTO querylayer.envelope_routes (method, path, function_name) VALUES
+    ('POST', '/v1/answer', 'querylayer_api.answer_signed_request'),
+    ('POST', '/v1/answer', 'querylayer_api.prepare_signed_answer'),
+    ('POST', '/v1/answer', 'querylayer_api.complete_answer'),
+    ('POST', '/v1/models/import/osi', 'querylayer_api.import_semantic_model');
+
+-- Proof of possession for binding a did:key. A did:key is public, so binding one takes a
+-- signature by that key over a fresh challenge: random, for one key on one site, single use,
+-- valid five minutes. The signed text is querylayer.did_binding_message (docs/envelope.md).
+CREATE TABLE querylayer.did_challenges (
+    challenge  text PRIMARY KEY CHECK (challenge ~ '^qlch_[0-9a-f]{64}$'),
+    site_id    uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    did        text NOT NULL CHECK (querylayer.did_key_valid(did)),
+    issued_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at timestamptz NOT NULL,
+    issued_by  text NOT NULL,
+    used_at    timestamptz
+);
+CREATE INDEX did_challenges_site_expiry ON querylayer.did_challenges (site_id, expires_at);
+SELECT querylayer.isolate_by_site('querylayer.did_challenges'::regclass);
+
+CREATE FUNCTION querylayer.issue_did_challenge(p_site_id uuid, p_did text, p_issued_by text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_challenge text := 'qlch_' || replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '');
+    v_site      querylayer.sites;
+    v_expires   timestamptz := clock_timestamp() + interval '5 minutes';
+BEGIN
+    IF p_did IS NULL OR NOT querylayer.did_key_valid(p_did) THEN
+        RAISE EXCEPTION 'did: % is not an Ed25519 did:key (did:key:z6Mk…)', coalesce(quote_literal(left(p_did, 100)), 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
+    -- Challenges are working state, not history: expired and used ones go.
+    DELETE FROM querylayer.did_challenges
+     WHERE site_id = p_site_id AND (expires_at < clock_timestamp() OR used_at IS NOT NULL);
+    IF (SELECT count(*) FROM querylayer.did_challenges WHERE site_id = p_site_id) >= 100 THEN
+        RAISE EXCEPTION 'this site has 100 open did:key challenges; wait for them to expire (5 minutes)'
+            USING ERRCODE = 'QL409';
+    END IF;
+    INSERT INTO querylayer.did_challenges (challenge, site_id, did, expires_at, issued_by)
+    VALUES (v_challenge, p_site_id, p_did, v_expires, p_issued_by);
+    RETURN jsonb_build_object(
+        'challenge', v_challenge, 'did', p_did, 'site', v_site.slug, 'expires_at', v_expires,
+        'message', querylayer.did_binding_message(p_did, v_site.slug, v_challenge),
+        'sign_with', format('querylayer envelope prove --site %s --challenge %s --key-file <the key>', v_site.slug, v_challenge));
+END
+$$;
+
+-- Spends the challenge of a binding proof {"challenge", "signature"} and checks the signature
+-- by p_did over the binding message. Refuses anything else, naming the field.
+CREATE FUNCTION querylayer.check_did_proof(p_site_id uuid, p_did text, p_proof jsonb) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_site      querylayer.sites;
+    v_challenge text;
+BEGIN
+    IF p_proof IS NULL OR jsonb_typeof(p_proof) IS DISTINCT FROM 'object'
+       OR jsonb_typeof(p_proof->'challenge') IS DISTINCT FROM 'string'
+       OR jsonb_typeof(p_proof->'signature') IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'did_proof: binding a did:key requires proof that its holder consents: {"challenge", "signature"}'
+            USING ERRCODE = '22023',
+                  HINT = 'get a challenge (querylayer admin create-did-challenge, or POST /api/console/did-challenges), have the key''s holder sign it (querylayer envelope prove), and pass both';
+    END IF;
+    SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
+    UPDATE querylayer.did_challenges SET used_at = clock_timestamp()
+     WHERE challenge = p_proof->>'challenge' AND site_id = p_site_id AND did = p_did
+       AND used_at IS NULL AND expires_at > clock_timestamp()
+    RETURNING challenge INTO v_challenge;
+    IF v_challenge IS NULL THEN
+        RAISE EXCEPTION 'did_proof: the challenge is unknown, used, expired, or was issued for another key or site'
+            USING ERRCODE = 'QL403', HINT = 'get a fresh challenge for this key on this site';
+    END IF;
+    IF NOT querylayer.did_key_signature_valid(p_did, querylayer.did_binding_message(p_did, v_site.slug, v_challenge),
+                                             p_proof->>'signature') THEN
+        RAISE EXCEPTION 'did_proof: the signature does not verify with the key being bound'
+            USING ERRCODE = 'QL403', HINT = 'only the key''s holder can sign the challenge; its private key is never sent';
+    END IF;
+END
+$$;
 
 -- v2 nonces, per sender, kept while an envelope carrying them could still be fresh.
 CREATE TABLE querylayer.envelope_nonces (
@@ -112,7 +201,7 @@ CREATE POLICY receipts_read ON querylayer.envelope_receipts FOR SELECT
     USING (site_id = querylayer.ctx_site_id() OR (site_id IS NULL AND querylayer.ctx_is_operator()));
 CREATE POLICY receipts_write ON querylayer.envelope_receipts FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
-SELECT querylayer.make_append_only('querylayer.envelope_receipts');
+SELECT querylayer.make_append_only('querylayer.envelope_receipts'::regclass);
 
 CREATE FUNCTION querylayer.record_envelope_receipt(p jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -132,7 +221,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v jsonb;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     CASE p_key
         WHEN 'server_did' THEN
             IF p_value !~ '^did:[a-z0-9]+:[A-Za-z0-9._:%-]+$' THEN
@@ -160,7 +249,7 @@ BEGIN
                 coalesce(quote_literal(p_key), 'NULL') USING ERRCODE = '22023';
     END CASE;
     UPDATE querylayer.settings SET value = v, updated_at = now(), updated_by = querylayer.outer_user() WHERE key = p_key;
-    PERFORM querylayer.audit('setting.set', p_key, jsonb_build_object('value', v));
+    PERFORM querylayer.audit('setting.set'::text, p_key, jsonb_build_object('value', v));
     RETURN querylayer_api.get_settings();
 END
 $$;
@@ -168,7 +257,7 @@ $$;
 CREATE FUNCTION querylayer_api.get_settings() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     RETURN (SELECT jsonb_object_agg(key, value ORDER BY key) FROM querylayer.settings);
 END
 $$;
@@ -179,7 +268,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF p_site IS NOT NULL THEN
         v_site := querylayer.site_by_slug(p_site);
         PERFORM querylayer.enter_operator(v_site.id);

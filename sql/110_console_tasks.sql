@@ -18,7 +18,7 @@ CREATE TABLE querylayer.agent_sessions (
     ended_reason  text,
     PRIMARY KEY (site_id, session_id)
 );
-SELECT querylayer.isolate_by_site('querylayer.agent_sessions');
+SELECT querylayer.isolate_by_site('querylayer.agent_sessions'::regclass);
 
 CREATE TABLE querylayer.console_conversations (
     id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -33,8 +33,8 @@ CREATE TABLE querylayer.console_conversations (
     UNIQUE (site_id, session_id),
     FOREIGN KEY (site_id, session_id) REFERENCES querylayer.agent_sessions (site_id, session_id) ON DELETE RESTRICT
 );
-SELECT querylayer.isolate_by_site('querylayer.console_conversations');
-SELECT querylayer.make_append_only('querylayer.console_conversations');
+SELECT querylayer.isolate_by_site('querylayer.console_conversations'::regclass);
+SELECT querylayer.make_append_only('querylayer.console_conversations'::regclass);
 
 CREATE TABLE querylayer.console_turns (
     id                     uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -54,7 +54,7 @@ CREATE TABLE querylayer.console_turns (
     result                 jsonb
 );
 CREATE INDEX console_turns_queue ON querylayer.console_turns (site_id, state, created_at);
-SELECT querylayer.isolate_by_site('querylayer.console_turns');
+SELECT querylayer.isolate_by_site('querylayer.console_turns'::regclass);
 
 -- A turn moves forward only: queued → claimed → completed | failed; queued | claimed → cancelled
 -- or failed (closed). Its request and origin never change.
@@ -122,7 +122,7 @@ CREATE TABLE querylayer.task_plans (
     failure_reason text,
     UNIQUE (turn_id, version)
 );
-SELECT querylayer.isolate_by_site('querylayer.task_plans');
+SELECT querylayer.isolate_by_site('querylayer.task_plans'::regclass);
 
 CREATE TABLE querylayer.task_steps (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -146,7 +146,7 @@ CREATE TABLE querylayer.task_steps (
     UNIQUE (plan_id, key),
     UNIQUE (plan_id, ordinal)
 );
-SELECT querylayer.isolate_by_site('querylayer.task_steps');
+SELECT querylayer.isolate_by_site('querylayer.task_steps'::regclass);
 
 -- The risk of a step is the server's, from its operation; the definition of a step never
 -- changes after the plan version is created, only its progress does.
@@ -265,7 +265,7 @@ BEGIN
      WHERE plan_id = p_plan_id AND state IN ('pending', 'running', 'awaiting_approval');
     UPDATE querylayer.task_plans SET state = 'failed', ended_at = now(), failure_reason = p_reason
      WHERE id = p_plan_id AND state = 'active';
-    PERFORM querylayer.audit('plan.fail', p_plan_id::text, jsonb_build_object('reason', p_reason));
+    PERFORM querylayer.audit('plan.fail'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
 END
 $$;
 
@@ -401,7 +401,7 @@ DECLARE
     v_problem text;
     v_closed  jsonb := '[]';
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     IF p_turn_id IS NOT NULL THEN
         v_turn := querylayer.claimed_turn(p_turn_id);
         v_plan := querylayer.current_plan(v_turn.id);
@@ -431,14 +431,14 @@ BEGIN
         END IF;
         UPDATE querylayer.console_turns SET state = 'failed', ended_at = now(), failure_reason = v_problem
          WHERE id = v_turn.id;
-        PERFORM querylayer.audit('turn.fail_closed', v_turn.id::text, jsonb_build_object('reason', v_problem));
+        PERFORM querylayer.audit('turn.fail_closed'::text, v_turn.id::text, jsonb_build_object('reason', v_problem));
         v_closed := v_closed || jsonb_build_object('turn_id', v_turn.id, 'reason', v_problem);
     END LOOP;
     UPDATE querylayer.console_turns
        SET state = 'claimed', claimed_connection_id = querylayer.ctx_connection_id(),
            claimed_session_id = v_conv.session_id, claimed_at = now()
      WHERE id = v_turn.id;
-    PERFORM querylayer.audit('turn.claim', v_turn.id::text, jsonb_build_object('session_id', v_conv.session_id));
+    PERFORM querylayer.audit('turn.claim'::text, v_turn.id::text, jsonb_build_object('session_id', v_conv.session_id));
     RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id), 'status', 'claimed', 'plan', NULL,
                               'closed', v_closed,
                               'hint', 'plan multi-step work with querylayer_create_task_plan, or complete the turn');
@@ -461,7 +461,7 @@ DECLARE
     v_keys    text[] := '{}';
     v_bad     text;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     v_turn := querylayer.claimed_turn(p_turn_id);
     SELECT * INTO v_conv FROM querylayer.console_conversations WHERE id = v_turn.conversation_id;
     IF p_session_id IS DISTINCT FROM v_conv.session_id THEN
@@ -532,7 +532,7 @@ BEGIN
     SELECT v_plan.site_id, v_plan.id, s->>'key', (o - 1)::integer, s->>'operation', 'low',
            ARRAY(SELECT jsonb_array_elements_text(coalesce(s->'depends_on', '[]'))), s->>'instructions'
       FROM jsonb_array_elements(p_steps) WITH ORDINALITY AS x(s, o);
-    PERFORM querylayer.audit('plan.create', v_plan.id::text, jsonb_build_object('turn_id', v_turn.id, 'version', v_plan.version));
+    PERFORM querylayer.audit('plan.create'::text, v_plan.id::text, jsonb_build_object('turn_id', v_turn.id, 'version', v_plan.version));
     RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id)) || querylayer.next_step(v_plan.id, p_session_id);
 END
 $$;
@@ -555,7 +555,7 @@ DECLARE
     v_prop    jsonb;
     v_bad     uuid;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     v_turn := querylayer.claimed_turn(p_turn_id);
     IF p_summary IS NOT NULL AND length(p_summary) > 4000 THEN
         RAISE EXCEPTION 'summary: at most 4000 characters' USING ERRCODE = '22023';
@@ -589,7 +589,7 @@ BEGIN
         IF v_plan.id IS NOT NULL AND v_plan.state = 'active' THEN
             PERFORM querylayer.fail_plan(v_plan.id, 'the turn ended as ' || p_outcome);
         END IF;
-        PERFORM querylayer.audit('turn.complete', v_turn.id::text, jsonb_build_object('outcome', p_outcome));
+        PERFORM querylayer.audit('turn.complete'::text, v_turn.id::text, jsonb_build_object('outcome', p_outcome));
         RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id));
     END IF;
 
@@ -612,7 +612,7 @@ BEGIN
             UPDATE querylayer.task_steps SET state = 'pending', retry_count = retry_count + 1,
                    failure_reason = p_summary, run_id = coalesce(p_run_ids[1], run_id)
              WHERE id = v_step.id;
-            PERFORM querylayer.audit('step.retry', v_step.id::text, jsonb_build_object('retry', v_step.retry_count + 1));
+            PERFORM querylayer.audit('step.retry'::text, v_step.id::text, jsonb_build_object('retry', v_step.retry_count + 1));
         ELSE
             UPDATE querylayer.task_steps SET state = 'failed', failure_reason = coalesce(p_summary, 'failed'),
                    run_id = coalesce(p_run_ids[1], run_id)
@@ -639,7 +639,7 @@ BEGIN
              WHERE id = v_step.id;
         END IF;
     END IF;
-    PERFORM querylayer.audit('step.report', v_step.id::text, jsonb_build_object('outcome', p_outcome));
+    PERFORM querylayer.audit('step.report'::text, v_step.id::text, jsonb_build_object('outcome', p_outcome));
     RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id)) || querylayer.next_step(v_plan.id, p_session_id);
 END
 $$;
@@ -668,7 +668,7 @@ BEGIN
     END IF;
     INSERT INTO querylayer.agent_sessions (site_id, session_id, agent_id, profile_id, registered_by)
     VALUES (querylayer.ctx_site_id(), p_session_id, v_agent.id, v_agent.profile_id, querylayer.ctx_member_id());
-    PERFORM querylayer.audit('session.register', p_session_id, jsonb_build_object('profile_id', p_profile_id));
+    PERFORM querylayer.audit('session.register'::text, p_session_id, jsonb_build_object('profile_id', p_profile_id));
     RETURN jsonb_build_object('session_id', p_session_id, 'profile_id', v_agent.profile_id, 'agent', v_agent.handle);
 END
 $$;
@@ -683,7 +683,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no open session % on this site', coalesce(quote_literal(p_session_id), 'NULL') USING ERRCODE = 'QL404';
     END IF;
-    PERFORM querylayer.audit('session.end', p_session_id, jsonb_build_object('reason', p_reason));
+    PERFORM querylayer.audit('session.end'::text, p_session_id, jsonb_build_object('reason', p_reason));
     RETURN jsonb_build_object('session_id', p_session_id, 'ended', true);
 END
 $$;
@@ -717,7 +717,7 @@ BEGIN
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION 'cannot open the conversation: %', v_problem USING ERRCODE = 'QL422';
     END IF;
-    PERFORM querylayer.audit('conversation.open', v_conv.id::text, jsonb_build_object('session_id', p_session_id));
+    PERFORM querylayer.audit('conversation.open'::text, v_conv.id::text, jsonb_build_object('session_id', p_session_id));
     RETURN jsonb_build_object('conversation_id', v_conv.id, 'session_id', v_conv.session_id,
                               'profile_id', v_conv.profile_id, 'title', v_conv.title);
 END
@@ -746,7 +746,7 @@ BEGIN
     INSERT INTO querylayer.console_turns (site_id, conversation_id, request, created_by)
     VALUES (v_conv.site_id, v_conv.id, p_request, querylayer.ctx_member_id())
     RETURNING id INTO v_id;
-    PERFORM querylayer.audit('turn.create', v_id::text, jsonb_build_object('conversation_id', v_conv.id));
+    PERFORM querylayer.audit('turn.create'::text, v_id::text, jsonb_build_object('conversation_id', v_conv.id));
     RETURN querylayer.turn_json(v_id);
 END
 $$;
@@ -759,7 +759,7 @@ DECLARE
     v_conv    querylayer.console_conversations;
     v_problem text;
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     SELECT * INTO v_conv FROM querylayer.console_conversations WHERE id = p_conversation_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no conversation % on this site', p_conversation_id USING ERRCODE = 'QL404';
@@ -776,7 +776,7 @@ $$;
 CREATE FUNCTION querylayer_api.console_list_conversations() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'conversation_id', c.id, 'title', c.title, 'session_id', c.session_id, 'profile_id', c.profile_id,
                 'agent', a.handle, 'profile_name', a.profile_name, 'created_at', c.created_at,
@@ -794,7 +794,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_turn jsonb := querylayer.turn_json(p_turn_id);
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     IF v_turn IS NULL THEN
         RAISE EXCEPTION 'no console turn % on this site', p_turn_id USING ERRCODE = 'QL404';
     END IF;
@@ -823,7 +823,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no active plan % on this site', p_plan_id USING ERRCODE = 'QL404';
     END IF;
-    PERFORM querylayer.audit('plan.cancel', p_plan_id::text, jsonb_build_object('reason', p_reason));
+    PERFORM querylayer.audit('plan.cancel'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
     RETURN querylayer.plan_json(p_plan_id);
 END
 $$;

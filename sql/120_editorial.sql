@@ -13,7 +13,7 @@ CREATE TABLE querylayer.topics (
     created_at  timestamptz NOT NULL DEFAULT now(),
     UNIQUE (site_id, slug)
 );
-SELECT querylayer.isolate_by_site('querylayer.topics');
+SELECT querylayer.isolate_by_site('querylayer.topics'::regclass);
 
 CREATE TABLE querylayer.topic_pages (
     site_id     uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
@@ -24,20 +24,31 @@ CREATE TABLE querylayer.topic_pages (
     added_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (topic_id, content_id)
 );
-SELECT querylayer.isolate_by_site('querylayer.topic_pages');
+SELECT querylayer.isolate_by_site('querylayer.topic_pages'::regclass);
 
--- The map changes only when an approved decision executes, or by an operator.
+-- The map changes when a member's approved topical_map decision executes (under the approval
+-- mark). The one other change is an operator seeding the map: an operator context may add a
+-- topic (querylayer_api.add_topic, audited as topic.add with the operator's role, and the topic
+-- carries no decision_id), and nothing else: no page attachment, no brief, no edit or removal.
+-- Operators administer the site (they appoint its members), so an approval they could grant
+-- themselves would prove nothing; what binds is that agents never change the map (seed 000).
 CREATE FUNCTION querylayer.topical_map_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
         RETURN NEW;
     END IF;
-    IF querylayer.lifecycle_mark() IS NULL AND NOT querylayer.ctx_is_operator() THEN
-        RAISE EXCEPTION 'the topical map changes only through an approved topical_map proposal'
-            USING ERRCODE = 'QL423', HINT = 'propose the change; a member decides';
+    IF querylayer.lifecycle_mark() IS NOT NULL THEN
+        RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
     END IF;
-    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+    IF querylayer.ctx_is_operator() AND TG_OP = 'INSERT' AND TG_TABLE_NAME = 'topics' THEN
+        IF NEW.decision_id IS NOT NULL THEN
+            RAISE EXCEPTION 'an operator''s topic is not a decision''s' USING ERRCODE = 'QL423';
+        END IF;
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'the topical map changes only through an approved topical_map proposal'
+        USING ERRCODE = 'QL423', HINT = 'propose the change; a member decides (operators may only add topics)';
 END
 $$;
 CREATE TRIGGER topical_map_guard BEFORE INSERT OR UPDATE OR DELETE ON querylayer.topics
@@ -63,8 +74,8 @@ CREATE TABLE querylayer.strategy_import_batches (
     imported_by  text NOT NULL,
     record_count integer NOT NULL
 );
-SELECT querylayer.isolate_by_site('querylayer.strategy_import_batches');
-SELECT querylayer.make_append_only('querylayer.strategy_import_batches');
+SELECT querylayer.isolate_by_site('querylayer.strategy_import_batches'::regclass);
+SELECT querylayer.make_append_only('querylayer.strategy_import_batches'::regclass);
 
 CREATE TABLE querylayer.strategy_opportunities (
     id          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -77,8 +88,8 @@ CREATE TABLE querylayer.strategy_opportunities (
     signals     jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(signals) = 'object'),
     UNIQUE (batch_id, external_id)
 );
-SELECT querylayer.isolate_by_site('querylayer.strategy_opportunities');
-SELECT querylayer.make_append_only('querylayer.strategy_opportunities');
+SELECT querylayer.isolate_by_site('querylayer.strategy_opportunities'::regclass);
+SELECT querylayer.make_append_only('querylayer.strategy_opportunities'::regclass);
 
 CREATE TABLE querylayer.content_briefs (
     id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -90,8 +101,8 @@ CREATE TABLE querylayer.content_briefs (
     brief          jsonb NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-SELECT querylayer.isolate_by_site('querylayer.content_briefs');
-SELECT querylayer.make_chained('querylayer.content_briefs');
+SELECT querylayer.isolate_by_site('querylayer.content_briefs'::regclass);
+SELECT querylayer.make_chained('querylayer.content_briefs'::regclass);
 CREATE TRIGGER aa_briefs_only_by_approval BEFORE INSERT ON querylayer.content_briefs
     FOR EACH ROW EXECUTE FUNCTION querylayer.topical_map_guard();
 ALTER TABLE querylayer.content_briefs ENABLE ALWAYS TRIGGER aa_briefs_only_by_approval;
@@ -239,14 +250,14 @@ CREATE FUNCTION querylayer.check_draft_references(p_payload jsonb) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF p_payload ? 'brief_id' AND NOT EXISTS (
-        SELECT 1 FROM querylayer.content_briefs WHERE id = querylayer.payload_uuid(p_payload->'brief_id', 'payload.brief_id')) THEN
+        SELECT 1 FROM querylayer.content_briefs WHERE id = querylayer.payload_uuid(p_payload->'brief_id', 'payload.brief_id'::text)) THEN
         RAISE EXCEPTION 'payload.brief_id: no content brief % on this site', p_payload->>'brief_id' USING ERRCODE = 'QL404';
     END IF;
     IF p_payload ? 'source_record_ids' THEN
         IF jsonb_typeof(p_payload->'source_record_ids') <> 'array' OR EXISTS (
             SELECT 1 FROM jsonb_array_elements(p_payload->'source_record_ids') r
              WHERE NOT EXISTS (SELECT 1 FROM querylayer.content_source_records s
-                                WHERE s.id = querylayer.payload_uuid(r, 'payload.source_record_ids[]'))) THEN
+                                WHERE s.id = querylayer.payload_uuid(r, 'payload.source_record_ids[]'::text))) THEN
             RAISE EXCEPTION 'payload.source_record_ids: every id must name a staged record on this site' USING ERRCODE = 'QL404';
         END IF;
     END IF;
@@ -259,7 +270,7 @@ $$;
 CREATE FUNCTION querylayer_api.list_topical_map() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('topical-map:read');
+    PERFORM querylayer.require_principal('topical-map:read'::text);
     RETURN jsonb_build_object('topics', (
         SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'topic_id', t.id, 'slug', t.slug, 'title', t.title,
@@ -280,7 +291,7 @@ CREATE FUNCTION querylayer_api.list_topical_strategy_opportunities(p_state text 
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('topical-map:read');
+    PERFORM querylayer.require_principal('topical-map:read'::text);
     IF p_state IS NOT NULL AND p_state NOT IN ('new', 'matched', 'proposed', 'accepted', 'rejected') THEN
         RAISE EXCEPTION 'state must be new, matched, proposed, accepted or rejected' USING ERRCODE = '22023';
     END IF;
@@ -328,7 +339,7 @@ DECLARE
     v_topics  text[] := '{}';
     o         querylayer.strategy_opportunities;
 BEGIN
-    PERFORM querylayer.require_connection('topical-map:write');
+    PERFORM querylayer.require_connection('topical-map:write'::text);
     IF p_opportunity_ids IS NULL OR cardinality(p_opportunity_ids) NOT BETWEEN 1 AND 100 THEN
         RAISE EXCEPTION 'opportunity_ids: 1 to 100 ids are required' USING ERRCODE = '22023';
     END IF;
@@ -345,7 +356,7 @@ BEGIN
         END IF;
         v_changes := v_changes || jsonb_build_object('op', 'plan_page', 'topic', o.topic_slug, 'title', o.title, 'opportunity_id', o.id);
     END LOOP;
-    RETURN querylayer.propose(p_run_id, 'topical_map',
+    RETURN querylayer.propose(p_run_id, 'topical_map'::text,
         jsonb_build_object('source', 'topical_strategy', 'opportunity_ids', to_jsonb(p_opportunity_ids), 'changes', v_changes),
         p_summary);
 END
@@ -354,7 +365,7 @@ $$;
 CREATE FUNCTION querylayer_api.list_content_briefs(p_limit integer DEFAULT 50) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
     END IF;
@@ -375,7 +386,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_first boolean;
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection('content:write'::text);
     IF p_brief_id IS NULL THEN
         RAISE EXCEPTION 'brief_id is required' USING ERRCODE = '22023';
     END IF;
@@ -399,7 +410,7 @@ DECLARE
     o       jsonb;
     n       integer := 0;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     IF jsonb_typeof(p_opportunities) IS DISTINCT FROM 'array' OR jsonb_array_length(p_opportunities) NOT BETWEEN 1 AND 10000 THEN
@@ -422,7 +433,7 @@ BEGIN
         VALUES (v_site.id, v_batch, o->>'id', o->>'topic', o->>'title', o->>'rationale', coalesce(o->'signals', '{}'));
         n := n + 1;
     END LOOP;
-    PERFORM querylayer.audit('strategy.import', v_batch::text, jsonb_build_object('source', p_source, 'count', n));
+    PERFORM querylayer.audit('strategy.import'::text, v_batch::text, jsonb_build_object('source', p_source, 'count', n));
     RETURN jsonb_build_object('import_batch_id', v_batch, 'site', v_site.slug, 'source', p_source, 'imported', n);
 END
 $$;
@@ -433,13 +444,13 @@ DECLARE
     v_site querylayer.sites;
     v_id   uuid;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     INSERT INTO querylayer.topics (site_id, slug, title, parent_id)
     VALUES (v_site.id, p_slug, p_title, (SELECT id FROM querylayer.topics WHERE site_id = v_site.id AND slug = p_parent))
     RETURNING id INTO v_id;
-    PERFORM querylayer.audit('topic.add', v_id::text, jsonb_build_object('slug', p_slug));
+    PERFORM querylayer.audit('topic.add'::text, v_id::text, jsonb_build_object('slug', p_slug));
     RETURN jsonb_build_object('topic_id', v_id, 'slug', p_slug);
 END
 $$;

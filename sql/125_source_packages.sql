@@ -16,9 +16,9 @@ CREATE TABLE querylayer.content_source_packages (
     staged_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
     UNIQUE (site_id, package_sha256)
 );
-SELECT querylayer.isolate_by_site('querylayer.content_source_packages');
-SELECT querylayer.make_attributed('querylayer.content_source_packages');
-SELECT querylayer.make_chained('querylayer.content_source_packages');
+SELECT querylayer.isolate_by_site('querylayer.content_source_packages'::regclass);
+SELECT querylayer.make_attributed('querylayer.content_source_packages'::regclass);
+SELECT querylayer.make_chained('querylayer.content_source_packages'::regclass);
 
 CREATE TABLE querylayer.content_source_records (
     id            uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -32,8 +32,8 @@ CREATE TABLE querylayer.content_source_records (
     warnings      jsonb NOT NULL,
     UNIQUE (package_id, ordinal)
 );
-SELECT querylayer.isolate_by_site('querylayer.content_source_records');
-SELECT querylayer.make_append_only('querylayer.content_source_records');
+SELECT querylayer.isolate_by_site('querylayer.content_source_records'::regclass);
+SELECT querylayer.make_append_only('querylayer.content_source_records'::regclass);
 
 -- Deterministic validation of one record: {problems, warnings} (problems make it invalid).
 CREATE FUNCTION querylayer.check_source_record(p_record jsonb) RETURNS jsonb
@@ -84,7 +84,7 @@ DECLARE
     v_invalid  integer;
     i          integer;
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection('content:write'::text);
     IF p_run_id IS NULL THEN
         RAISE EXCEPTION 'run_id is required: staging belongs to an open run of the connection' USING ERRCODE = '22023';
     END IF;
@@ -122,7 +122,7 @@ BEGIN
         VALUES (querylayer.ctx_site_id(), v_pkg, i - 1, v_hashes[i], p_records->(i - 1),
                 jsonb_array_length(v_checks[i]->'problems') = 0, v_checks[i]->'problems', v_checks[i]->'warnings');
     END LOOP;
-    PERFORM querylayer.audit('source_package.stage', v_pkg::text, jsonb_build_object('records', cardinality(v_hashes), 'invalid', v_invalid));
+    PERFORM querylayer.audit('source_package.stage'::text, v_pkg::text, jsonb_build_object('records', cardinality(v_hashes), 'invalid', v_invalid));
     RETURN querylayer.package_json(v_pkg) || jsonb_build_object('resubmitted', false);
 END
 $$;
@@ -130,7 +130,7 @@ $$;
 CREATE FUNCTION querylayer_api.list_content_source_packages(p_limit integer DEFAULT 50) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
     END IF;
@@ -146,7 +146,7 @@ $$;
 CREATE FUNCTION querylayer_api.list_content_source_records(p_package_id uuid, p_valid boolean DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     IF NOT EXISTS (SELECT 1 FROM querylayer.content_source_packages WHERE id = p_package_id) THEN
         RAISE EXCEPTION 'no source package % on this site', p_package_id USING ERRCODE = 'QL404';
     END IF;
@@ -168,7 +168,7 @@ DECLARE
     v_first   boolean;
     v_missing uuid;
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection('content:write'::text);
     IF p_record_ids IS NULL OR cardinality(p_record_ids) NOT BETWEEN 1 AND 100 THEN
         RAISE EXCEPTION 'record_ids: 1 to 100 staged record ids are required' USING ERRCODE = '22023';
     END IF;

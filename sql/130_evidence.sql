@@ -17,9 +17,9 @@ CREATE TABLE querylayer.claim_evidence (
     source_sha256  text NOT NULL CHECK (source_sha256 ~ '^[0-9a-f]{64}$'),
     created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-SELECT querylayer.isolate_by_site('querylayer.claim_evidence');
-SELECT querylayer.make_attributed('querylayer.claim_evidence');
-SELECT querylayer.make_chained('querylayer.claim_evidence');
+SELECT querylayer.isolate_by_site('querylayer.claim_evidence'::regclass);
+SELECT querylayer.make_attributed('querylayer.claim_evidence'::regclass);
+SELECT querylayer.make_chained('querylayer.claim_evidence'::regclass);
 
 CREATE TABLE querylayer.evidence_jobs (
     id          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -34,7 +34,7 @@ CREATE TABLE querylayer.evidence_jobs (
 CREATE INDEX evidence_jobs_due ON querylayer.evidence_jobs (site_id, state, due_at);
 -- At most one job waiting or running per evidence.
 CREATE UNIQUE INDEX evidence_jobs_one_open ON querylayer.evidence_jobs (evidence_id) WHERE state <> 'done';
-SELECT querylayer.isolate_by_site('querylayer.evidence_jobs');
+SELECT querylayer.isolate_by_site('querylayer.evidence_jobs'::regclass);
 
 CREATE TABLE querylayer.evidence_attempts (
     id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -48,8 +48,8 @@ CREATE TABLE querylayer.evidence_attempts (
     observed_sha256  text,
     observed_excerpt text
 );
-SELECT querylayer.isolate_by_site('querylayer.evidence_attempts');
-SELECT querylayer.make_append_only('querylayer.evidence_attempts');
+SELECT querylayer.isolate_by_site('querylayer.evidence_attempts'::regclass);
+SELECT querylayer.make_append_only('querylayer.evidence_attempts'::regclass);
 
 CREATE TABLE querylayer.evidence_reviews (
     id            uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -64,7 +64,7 @@ CREATE TABLE querylayer.evidence_reviews (
     reviewer_note text
 );
 CREATE UNIQUE INDEX evidence_reviews_one_open ON querylayer.evidence_reviews (evidence_id) WHERE state = 'open';
-SELECT querylayer.isolate_by_site('querylayer.evidence_reviews');
+SELECT querylayer.isolate_by_site('querylayer.evidence_reviews'::regclass);
 
 CREATE FUNCTION querylayer.schedule_evidence_job(p_evidence_id uuid, p_site_id uuid, p_due_at timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -86,7 +86,7 @@ DECLARE
     v_rev querylayer.content_revisions;
     v_ev  querylayer.claim_evidence;
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection('content:write'::text);
     IF p_run_id IS NULL THEN
         RAISE EXCEPTION 'run_id is required: evidence is recorded inside an open run of the connection' USING ERRCODE = '22023';
     END IF;
@@ -121,8 +121,8 @@ BEGIN
             lower(p_source_sha256), querylayer.ctx_agent_id(), querylayer.ctx_connection_id(), p_run_id)
     RETURNING * INTO v_ev;
     PERFORM querylayer.schedule_evidence_job(v_ev.id, v_ev.site_id,
-        now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days')));
-    PERFORM querylayer.audit('evidence.record', v_ev.id::text, jsonb_build_object('revision_id', v_rev.id));
+        now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days'::text)));
+    PERFORM querylayer.audit('evidence.record'::text, v_ev.id::text, jsonb_build_object('revision_id', v_rev.id));
     RETURN jsonb_build_object('evidence_id', v_ev.id, 'revision_id', v_ev.revision_id, 'content_id', v_ev.content_id,
                               'claim', v_ev.claim, 'source_url', v_ev.source_url, 'retrieved_at', v_ev.retrieved_at,
                               'source_sha256', v_ev.source_sha256, 'record_sha256', encode(v_ev.record_sha256, 'hex'));
@@ -132,7 +132,7 @@ $$;
 CREATE FUNCTION querylayer_api.list_evidence(p_content_id uuid DEFAULT NULL, p_revision_id uuid DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'evidence_id', e.id, 'content_id', e.content_id, 'revision_id', e.revision_id, 'claim', e.claim,
                 'source_url', e.source_url, 'quoted_span', e.quoted_span, 'retrieved_at', e.retrieved_at,
@@ -148,7 +148,7 @@ $$;
 CREATE FUNCTION querylayer_api.list_evidence_reverification(p_content_id uuid DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'target', jsonb_build_object('evidence_id', e.id, 'content_id', e.content_id, 'revision_id', e.revision_id,
                                              'source_url', e.source_url),
@@ -183,7 +183,7 @@ DECLARE
     v_out  jsonb := '[]';
     j      record;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     FOR v_site IN SELECT id FROM querylayer.sites ORDER BY id LOOP
         EXIT WHEN jsonb_array_length(v_out) >= p_limit;
         PERFORM querylayer.enter_operator(v_site);
@@ -217,7 +217,7 @@ DECLARE
     v_attempt uuid;
     v_review  uuid;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     FOR v_site IN SELECT id FROM querylayer.sites LOOP
         PERFORM querylayer.enter_operator(v_site);
         SELECT * INTO v_job FROM querylayer.evidence_jobs WHERE id = p_job_id FOR UPDATE;
@@ -246,11 +246,11 @@ BEGIN
         RETURNING id INTO v_review;
     ELSIF v_status = 'unchanged' THEN
         PERFORM querylayer.schedule_evidence_job(v_ev.id, v_ev.site_id,
-            now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days')));
+            now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days'::text)));
     ELSE
         PERFORM querylayer.schedule_evidence_job(v_ev.id, v_ev.site_id, now() + interval '1 hour');
     END IF;
-    PERFORM querylayer.audit('evidence.attempt', v_ev.id::text, jsonb_build_object('status', v_status, 'review_opened', v_review IS NOT NULL));
+    PERFORM querylayer.audit('evidence.attempt'::text, v_ev.id::text, jsonb_build_object('status', v_status, 'review_opened', v_review IS NOT NULL));
     RETURN jsonb_build_object('job_id', v_job.id, 'status', v_status, 'review_id', v_review);
 END
 $$;
@@ -269,8 +269,8 @@ BEGIN
         RAISE EXCEPTION 'no open evidence review % on this site', p_review_id USING ERRCODE = 'QL404';
     END IF;
     PERFORM querylayer.schedule_evidence_job(v.evidence_id, v.site_id,
-        now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days')));
-    PERFORM querylayer.audit('evidence.review_close', v.id::text, '{}');
+        now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days'::text)));
+    PERFORM querylayer.audit('evidence.review_close'::text, v.id::text, '{}'::jsonb);
     RETURN jsonb_build_object('review_id', v.id, 'state', v.state);
 END
 $$;
@@ -279,7 +279,7 @@ $$;
 CREATE FUNCTION querylayer_api.console_list_evidence_reviews(p_state text DEFAULT 'open') RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'review_id', r.id, 'reason', r.reason, 'state', r.state, 'opened_at', r.opened_at,
                 'evidence', jsonb_build_object('evidence_id', e.id, 'claim', e.claim, 'source_url', e.source_url,
@@ -301,7 +301,7 @@ DECLARE
     v_site querylayer.sites;
     v_n    integer;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     UPDATE querylayer.evidence_jobs SET due_at = now() WHERE site_id = v_site.id AND state = 'due';

@@ -19,7 +19,7 @@ CREATE TABLE querylayer.form_screening_events (
     recorded_at    timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX form_screening_events_purge ON querylayer.form_screening_events (site_id, decision, occurred_at);
-SELECT querylayer.isolate_by_site('querylayer.form_screening_events');
+SELECT querylayer.isolate_by_site('querylayer.form_screening_events'::regclass);
 
 CREATE TABLE querylayer.form_screening_daily (
     site_id  uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
@@ -30,7 +30,7 @@ CREATE TABLE querylayer.form_screening_daily (
     events   bigint NOT NULL,
     PRIMARY KEY (site_id, day, form_key, decision, reason)
 );
-SELECT querylayer.isolate_by_site('querylayer.form_screening_daily');
+SELECT querylayer.isolate_by_site('querylayer.form_screening_daily'::regclass);
 
 CREATE FUNCTION querylayer.count_form_screening() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -57,7 +57,7 @@ BEGIN
         RAISE EXCEPTION 'form screening events are never edited' USING ERRCODE = 'QL423';
     END IF;
     IF NOT querylayer.ctx_is_operator() OR OLD.decision <> 'rejected'
-       OR OLD.occurred_at >= now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days')) THEN
+       OR OLD.occurred_at >= now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text)) THEN
         RAISE EXCEPTION 'form screening events leave only through the retention purge' USING ERRCODE = 'QL423';
     END IF;
     RETURN OLD;
@@ -103,13 +103,13 @@ $$;
 CREATE FUNCTION querylayer_api.form_screening_metrics(p_days integer DEFAULT 30, p_form text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('site:read');
+    PERFORM querylayer.require_principal('site:read'::text);
     IF p_days IS NULL OR p_days NOT BETWEEN 1 AND 366 THEN
         RAISE EXCEPTION 'days must be between 1 and 366' USING ERRCODE = '22023';
     END IF;
     RETURN jsonb_build_object(
         'days', p_days,
-        'rejected_raw_retention_days', querylayer.setting_int('form_rejected_retention_days'),
+        'rejected_raw_retention_days', querylayer.setting_int('form_rejected_retention_days'::text),
         'counts', (SELECT coalesce(jsonb_agg(jsonb_build_object('day', d.day, 'form', d.form_key, 'decision', d.decision,
                                                                'reason', d.reason, 'count', d.events)
                                              ORDER BY d.day, d.form_key, d.decision, d.reason), '[]')
@@ -133,7 +133,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN jsonb_build_object('recorded', querylayer.insert_form_screening(v_site.id, p_events));
@@ -149,19 +149,19 @@ DECLARE
     v_n     integer;
     v_total integer := 0;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     FOR v_site IN SELECT id FROM querylayer.sites LOOP
         PERFORM querylayer.enter_operator(v_site);
         DELETE FROM querylayer.form_screening_events
          WHERE site_id = v_site AND decision = 'rejected'
-           AND occurred_at < now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'));
+           AND occurred_at < now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text));
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
     END LOOP;
-    PERFORM querylayer.enter_operator(NULL);
-    PERFORM querylayer.audit('form_screening.purge', NULL, jsonb_build_object('deleted', v_total));
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.audit('form_screening.purge'::text, NULL::text, jsonb_build_object('deleted', v_total));
     RETURN jsonb_build_object('deleted', v_total,
-                              'retention_days', querylayer.setting_int('form_rejected_retention_days'));
+                              'retention_days', querylayer.setting_int('form_rejected_retention_days'::text));
 END
 $$;
 

@@ -88,8 +88,8 @@ CREATE TABLE querylayer.semantic_models (
     imported_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     UNIQUE (site_id, version)
 );
-SELECT querylayer.isolate_by_site('querylayer.semantic_models');
-SELECT querylayer.make_chained('querylayer.semantic_models');
+SELECT querylayer.isolate_by_site('querylayer.semantic_models'::regclass);
+SELECT querylayer.make_chained('querylayer.semantic_models'::regclass);
 
 CREATE TABLE querylayer.rights_documents (
     id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -101,8 +101,8 @@ CREATE TABLE querylayer.rights_documents (
     imported_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     UNIQUE (site_id, version)
 );
-SELECT querylayer.isolate_by_site('querylayer.rights_documents');
-SELECT querylayer.make_chained('querylayer.rights_documents');
+SELECT querylayer.isolate_by_site('querylayer.rights_documents'::regclass);
+SELECT querylayer.make_chained('querylayer.rights_documents'::regclass);
 
 CREATE TABLE querylayer.access_receipts (
     id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -121,8 +121,8 @@ CREATE TABLE querylayer.access_receipts (
     connection_id  uuid REFERENCES querylayer.connections ON DELETE RESTRICT,
     created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-SELECT querylayer.isolate_by_site('querylayer.access_receipts');
-SELECT querylayer.make_chained('querylayer.access_receipts');
+SELECT querylayer.isolate_by_site('querylayer.access_receipts'::regclass);
+SELECT querylayer.make_chained('querylayer.access_receipts'::regclass);
 
 CREATE TABLE querylayer.answers (
     id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -142,8 +142,8 @@ CREATE TABLE querylayer.answers (
     server_key_id  uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
     created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-SELECT querylayer.isolate_by_site('querylayer.answers');
-SELECT querylayer.make_chained('querylayer.answers');
+SELECT querylayer.isolate_by_site('querylayer.answers'::regclass);
+SELECT querylayer.make_chained('querylayer.answers'::regclass);
 
 -- An answer prepared for an LLM on the edge, waiting for the text. Nothing is recorded as an
 -- answer until it is completed and signed.
@@ -158,7 +158,7 @@ CREATE TABLE querylayer.answer_drafts (
     created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     completed_at  timestamptz
 );
-SELECT querylayer.isolate_by_site('querylayer.answer_drafts');
+SELECT querylayer.isolate_by_site('querylayer.answer_drafts'::regclass);
 
 -- The exact event text (json keeps the bytes the attestation's hash covers).
 CREATE TABLE querylayer.lineage_events (
@@ -171,8 +171,8 @@ CREATE TABLE querylayer.lineage_events (
     event_sha256   text NOT NULL CHECK (event_sha256 = encode(sha256(convert_to(event::text, 'UTF8')), 'hex')),
     created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-SELECT querylayer.isolate_by_site('querylayer.lineage_events');
-SELECT querylayer.make_chained('querylayer.lineage_events');
+SELECT querylayer.isolate_by_site('querylayer.lineage_events'::regclass);
+SELECT querylayer.make_chained('querylayer.lineage_events'::regclass);
 
 CREATE TABLE querylayer.attestations (
     id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -182,8 +182,8 @@ CREATE TABLE querylayer.attestations (
     attestation      jsonb NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-SELECT querylayer.isolate_by_site('querylayer.attestations');
-SELECT querylayer.make_chained('querylayer.attestations');
+SELECT querylayer.isolate_by_site('querylayer.attestations'::regclass);
+SELECT querylayer.make_chained('querylayer.attestations'::regclass);
 
 -- -------------------------------------------------------------------------------------------
 -- Internals.
@@ -276,9 +276,9 @@ BEGIN
             v_signed->>'question', v_signed->>'answer', v_signed->>'synthesized_by', p_model.id, p_rights_id,
             v_signed->'plans', v_signed->'denied_sources', v_signed->'envelope', v_key.id)
     RETURNING id INTO v_answer;
-    PERFORM querylayer.record_receipts(v_signed->'receipts', 'answer', p_purpose, v_answer, p_rights_id);
-    v_event := querylayer.record_event(v_signed->>'openlineage_text', v_signed->'attestation', v_answer, NULL, v_key.id);
-    PERFORM querylayer.audit('semantics.answer', v_answer::text,
+    PERFORM querylayer.record_receipts(v_signed->'receipts', 'answer'::text, p_purpose, v_answer, p_rights_id);
+    v_event := querylayer.record_event(v_signed->>'openlineage_text', v_signed->'attestation', v_answer, NULL::text, v_key.id);
+    PERFORM querylayer.audit('semantics.answer'::text, v_answer::text,
         jsonb_build_object('denied', jsonb_array_length(v_signed->'denied_sources'), 'synthesized_by', v_signed->>'synthesized_by'));
     RETURN (v_signed - 'prompt') || jsonb_build_object('answer_id', v_answer, 'lineage_event_id', v_event,
                                                        'server_did', v_key.did_key, 'model_version', p_model.version);
@@ -309,7 +309,7 @@ BEGIN
             v_parsed->>'name', v_parsed->'model', encode(sha256(convert_to(p_document, 'UTF8')), 'hex'),
             p_imported_by, p_connection_id)
     RETURNING * INTO v;
-    PERFORM querylayer.audit('semantics.import_model', v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
+    PERFORM querylayer.audit('semantics.import_model'::text, v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
     RETURN jsonb_build_object('model_id', v.id, 'name', v.name, 'version', v.version, 'source_sha256', v.source_sha256,
         'datasets', jsonb_array_length(v.document->'semantic_model'->'datasets'),
         'metrics', jsonb_array_length(v.document->'semantic_model'->'metrics'), 'imported_at', v.imported_at);
@@ -320,10 +320,16 @@ $$;
 -- The callable surface (connection context). Reading the plane needs content:read; importing a
 -- model needs content:write. Every decision made for the caller is a receipt.
 
+-- Also POST /v1/models/import/osi, whose body is the document: under that route's envelope the
+-- document must be the very body the sender signed.
 CREATE FUNCTION querylayer_api.import_semantic_model(p_document text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection_for('querylayer_api.import_semantic_model'::text, 'content:write'::text);
+    IF querylayer.signed_body_sha256() IS DISTINCT FROM NULL
+       AND querylayer.signed_body_sha256() IS DISTINCT FROM encode(sha256(convert_to(coalesce(p_document, ''), 'UTF8')), 'hex') THEN
+        RAISE EXCEPTION 'document: not the body the envelope of this request signed' USING ERRCODE = 'QL403';
+    END IF;
     RETURN querylayer.store_semantic_model(querylayer.ctx_site_id(), p_document,
                                            'connection:' || querylayer.ctx_connection_id(), querylayer.ctx_connection_id());
 END
@@ -334,7 +340,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v querylayer.semantic_models;
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     v := querylayer.current_model();
     RETURN jsonb_build_object('model_id', v.id, 'name', v.name, 'version', v.version, 'imported_at', v.imported_at,
                               'document', v.document);
@@ -346,7 +352,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v querylayer.semantic_models;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
     IF p_text IS NULL OR length(p_text) NOT BETWEEN 1 AND 2000 THEN
         RAISE EXCEPTION 'text: 1 to 2000 characters are required' USING ERRCODE = '22023';
     END IF;
@@ -362,7 +368,7 @@ DECLARE
     v querylayer.semantic_models;
     r jsonb;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
     v := querylayer.current_model();
     r := querylayer.model_resolve_metric(v.document, p_name, coalesce(p_dialect, 'SAIL_SQL'));
     IF r ? 'error' THEN
@@ -377,16 +383,17 @@ CREATE FUNCTION querylayer_api.check_access(p_resource text, p_action text DEFAU
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_rights querylayer.rights_documents := querylayer.current_rights();
+    v_rights querylayer.rights_documents;
     v        jsonb;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
+    v_rights := querylayer.current_rights();
     IF p_resource IS NULL OR length(p_resource) NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION 'resource: 1 to 500 characters are required' USING ERRCODE = '22023';
     END IF;
     v := querylayer.rights_decide(querylayer.rights_or_empty(v_rights), querylayer.acting_principal(), p_resource,
                                   coalesce(p_action, 'read'), p_purpose, querylayer.utc_text(clock_timestamp()));
-    PERFORM querylayer.record_receipts(jsonb_build_array(v->'receipt'), 'check_access', p_purpose, NULL, v_rights.id);
+    PERFORM querylayer.record_receipts(jsonb_build_array(v->'receipt'), 'check_access'::text, p_purpose, NULL::uuid, v_rights.id);
     RETURN v;
 END
 $$;
@@ -394,27 +401,27 @@ $$;
 CREATE FUNCTION querylayer_api.build_navigator_bundle(p_purpose text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_model  querylayer.semantic_models := querylayer.current_model();
-    v_rights querylayer.rights_documents := querylayer.current_rights();
+    v_model  querylayer.semantic_models;
+    v_rights querylayer.rights_documents;
     v        jsonb;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
+    v_model := querylayer.current_model();
+    v_rights := querylayer.current_rights();
     v := querylayer.model_bundle(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
                                  p_purpose, querylayer.utc_text(clock_timestamp()));
-    PERFORM querylayer.record_receipts(v->'receipts', 'bundle', p_purpose, NULL, v_rights.id);
+    PERFORM querylayer.record_receipts(v->'receipts', 'bundle'::text, p_purpose, NULL::uuid, v_rights.id);
     RETURN v || jsonb_build_object('model_version', v_model.version);
 END
 $$;
 
 -- The navigator loop, deterministic: search → gate → plan → synthesize → sign and record.
-CREATE FUNCTION querylayer_api.answer_question(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION querylayer.answer(p_question text, p_purpose text, p_dialect text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
 DECLARE
     v_model  querylayer.semantic_models;
     v_rights querylayer.rights_documents;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
     IF p_question IS NULL OR length(p_question) > 4000 THEN
         RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
     END IF;
@@ -423,23 +430,21 @@ BEGIN
     RETURN querylayer.sign_and_record(
         querylayer.navigate(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
                             p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp())),
-        NULL, NULL, v_model, v_rights.id, p_purpose);
+        NULL::text, NULL::text, v_model, v_rights.id, p_purpose);
 END
 $$;
 
 -- The same loop with an LLM on the edge: the database governs (search, gate, plan) and returns
 -- the prompt — in which denied datasets appear by name as off-limits and no denied source
 -- location appears at all — and signs whatever text comes back with complete_answer.
-CREATE FUNCTION querylayer_api.prepare_answer(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION querylayer.prepare_answer(p_question text, p_purpose text, p_dialect text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
 DECLARE
     v_model  querylayer.semantic_models;
     v_rights querylayer.rights_documents;
     v_nav    jsonb;
     v_id     uuid;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
     IF p_question IS NULL OR length(p_question) > 4000 THEN
         RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
     END IF;
@@ -454,13 +459,92 @@ BEGIN
 END
 $$;
 
+-- The body of POST /v1/answer, read in the database from the exact bytes the envelope signed:
+-- {"question", "purpose"?, "dialect"?}. Returns (question, purpose, dialect).
+CREATE FUNCTION querylayer.signed_answer_request(p_body text) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_body    jsonb;
+    v_unknown text;
+BEGIN
+    IF p_body IS NULL OR querylayer.signed_body_sha256() IS DISTINCT FROM encode(sha256(convert_to(p_body, 'UTF8')), 'hex') THEN
+        RAISE EXCEPTION 'body: not the body the envelope of this request signed' USING ERRCODE = 'QL403',
+            HINT = 'run this only under the envelope of a POST /v1/answer request, with that request''s exact body';
+    END IF;
+    BEGIN
+        v_body := p_body::jsonb;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE EXCEPTION 'body: not JSON' USING ERRCODE = '22023';
+    END;
+    IF jsonb_typeof(v_body) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'body: a JSON object {"question", "purpose"?, "dialect"?} is required' USING ERRCODE = '22023';
+    END IF;
+    SELECT k INTO v_unknown FROM jsonb_object_keys(v_body) k WHERE k NOT IN ('question', 'purpose', 'dialect') LIMIT 1;
+    IF v_unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'body: unknown field %', quote_literal(left(v_unknown, 100)) USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(v_body->'question') IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'question: a string is required' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(v_body->'purpose') NOT IN ('string', 'null') THEN
+        RAISE EXCEPTION 'purpose: a string is required' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(v_body->'dialect') NOT IN ('string', 'null') THEN
+        RAISE EXCEPTION 'dialect: a string is required' USING ERRCODE = '22023';
+    END IF;
+    RETURN ARRAY[v_body->>'question', v_body->>'purpose', v_body->>'dialect'];
+END
+$$;
+
+CREATE FUNCTION querylayer_api.answer_question(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection('content:read'::text);
+    RETURN querylayer.answer(p_question, p_purpose, p_dialect);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.prepare_answer(p_question text, p_purpose text DEFAULT NULL, p_dialect text DEFAULT 'SAIL_SQL')
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection('content:read'::text);
+    RETURN querylayer.prepare_answer(p_question, p_purpose, p_dialect);
+END
+$$;
+
+-- POST /v1/answer: the question is read from the signed body itself, so what runs is what the
+-- sender signed, whatever the edge would pass.
+CREATE FUNCTION querylayer_api.answer_signed_request(p_body text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v text[];
+BEGIN
+    PERFORM querylayer.require_connection_for('querylayer_api.answer_signed_request'::text, 'content:read'::text);
+    v := querylayer.signed_answer_request(p_body);
+    RETURN querylayer.answer(v[1], v[2], coalesce(v[3], 'SAIL_SQL'));
+END
+$$;
+
+CREATE FUNCTION querylayer_api.prepare_signed_answer(p_body text) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v text[];
+BEGIN
+    PERFORM querylayer.require_connection_for('querylayer_api.prepare_signed_answer'::text, 'content:read'::text);
+    v := querylayer.signed_answer_request(p_body);
+    RETURN querylayer.prepare_answer(v[1], v[2], coalesce(v[3], 'SAIL_SQL'));
+END
+$$;
+
 CREATE FUNCTION querylayer_api.complete_answer(p_draft_id uuid, p_text text, p_synthesized_by text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_draft querylayer.answer_drafts;
     v_model querylayer.semantic_models;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection_for('querylayer_api.complete_answer'::text, 'content:read'::text);
     SELECT * INTO v_draft FROM querylayer.answer_drafts WHERE id = p_draft_id FOR UPDATE;
     IF NOT FOUND OR v_draft.connection_id <> querylayer.ctx_connection_id() THEN
         RAISE EXCEPTION 'no answer draft % for this connection', p_draft_id USING ERRCODE = 'QL404';
@@ -483,14 +567,15 @@ $$;
 CREATE FUNCTION querylayer_api.run_qglake_story() RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_key     querylayer.server_keys := querylayer.server_key();
+    v_key     querylayer.server_keys;
     v_rights  querylayer.rights_documents;
     v_missing text;
     v_run     jsonb;
     r         jsonb;
     i         integer := 0;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
+    v_key := querylayer.server_key();
     SELECT s->>'principal' INTO v_missing
       FROM jsonb_array_elements(querylayer.story_roster()->'specialists') s
      WHERE NOT EXISTS (SELECT 1 FROM querylayer.agents a
@@ -510,11 +595,11 @@ BEGIN
     END IF;
     v_run := querylayer.run_story(v_rights.document, v_key.secret, querylayer.utc_text(clock_timestamp()));
     FOR r IN SELECT * FROM jsonb_array_elements(v_run->'responses') LOOP
-        PERFORM querylayer.record_receipts(jsonb_build_array(r->'receipt'), 'story', v_run->'prompt'->>'purpose', NULL, v_rights.id);
-        PERFORM querylayer.record_event(v_run->'openlineage_texts'->>i, r->'attestation', NULL, r->>'agent', v_key.id);
+        PERFORM querylayer.record_receipts(jsonb_build_array(r->'receipt'), 'story'::text, v_run->'prompt'->>'purpose', NULL::uuid, v_rights.id);
+        PERFORM querylayer.record_event(v_run->'openlineage_texts'->>i, r->'attestation', NULL::uuid, r->>'agent', v_key.id);
         i := i + 1;
     END LOOP;
-    PERFORM querylayer.audit('semantics.story', NULL, jsonb_build_object('specialists', i));
+    PERFORM querylayer.audit('semantics.story'::text, NULL::text, jsonb_build_object('specialists', i));
     RETURN v_run - 'openlineage_texts' || jsonb_build_object('server_did', v_key.did_key);
 END
 $$;
@@ -523,7 +608,7 @@ $$;
 CREATE FUNCTION querylayer_api.story_overview() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
     RETURN jsonb_build_object(
         'roster', querylayer.story_roster(),
         'recorded_runs', (SELECT coalesce(jsonb_agg(jsonb_build_object(
@@ -556,7 +641,7 @@ $$;
 CREATE FUNCTION querylayer_api.list_lineage(p_answer_id uuid DEFAULT NULL, p_limit integer DEFAULT 50) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('runs:read');
+    PERFORM querylayer.require_principal('runs:read'::text);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'lineage_event_id', e.id, 'answer_id', e.answer_id, 'story_agent', e.story_agent, 'run_id', e.run_id,
                 'event_text', e.event::text, 'event_sha256', e.event_sha256, 'attestation', a.attestation,
@@ -571,6 +656,7 @@ $$;
 GRANT EXECUTE ON FUNCTION querylayer_api.import_semantic_model, querylayer_api.get_semantic_model,
     querylayer_api.search_semantic_model, querylayer_api.resolve_metric, querylayer_api.check_access,
     querylayer_api.build_navigator_bundle, querylayer_api.answer_question, querylayer_api.prepare_answer,
+    querylayer_api.answer_signed_request, querylayer_api.prepare_signed_answer,
     querylayer_api.complete_answer, querylayer_api.run_qglake_story, querylayer_api.story_overview, querylayer_api.server_keys,
     querylayer_api.list_lineage TO querylayer_edge;
 
@@ -584,7 +670,7 @@ DECLARE
     v_parsed jsonb := querylayer.rights_parse(p_document);
     v        querylayer.rights_documents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     IF v_parsed->'document' = 'null'::jsonb THEN
@@ -594,7 +680,7 @@ BEGIN
     VALUES (v_site.id, coalesce((SELECT max(version) FROM querylayer.rights_documents WHERE site_id = v_site.id), 0) + 1,
             v_parsed->'document', v_parsed->'problems', 'operator:' || querylayer.outer_user())
     RETURNING * INTO v;
-    PERFORM querylayer.audit('semantics.import_rights', v.id::text, jsonb_build_object('version', v.version,
+    PERFORM querylayer.audit('semantics.import_rights'::text, v.id::text, jsonb_build_object('version', v.version,
         'problems', jsonb_array_length(v.problems)));
     -- A document with problems is stored (for the record) but makes every decision deny.
     RETURN jsonb_build_object('rights_id', v.id, 'site', v_site.slug, 'version', v.version, 'problems', v.problems);
@@ -606,10 +692,10 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
-    RETURN querylayer.store_semantic_model(v_site.id, p_document, 'operator:' || querylayer.outer_user(), NULL)
+    RETURN querylayer.store_semantic_model(v_site.id, p_document, 'operator:' || querylayer.outer_user(), NULL::uuid)
         || jsonb_build_object('site', v_site.slug);
 END
 $$;
@@ -619,11 +705,11 @@ $$;
 CREATE FUNCTION querylayer_api.rotate_server_key() RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     UPDATE querylayer.server_keys SET retired_at = clock_timestamp() WHERE retired_at IS NULL;
     INSERT INTO querylayer.server_keys (did_key, secret, origin)
     SELECT querylayer.key_did(s), s, 'generated' FROM (SELECT querylayer.new_key_secret() AS s) k;
-    PERFORM querylayer.audit('server_key.rotate', NULL, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
+    PERFORM querylayer.audit('server_key.rotate'::text, NULL::text, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
     RETURN querylayer_api.server_keys();
 END
 $$;
@@ -635,14 +721,14 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_secret bytea;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF p_secret_hex IS NULL OR p_secret_hex !~ '^[0-9a-fA-F]{64}$' THEN
         RAISE EXCEPTION 'secret: 64 hex characters (a 32-byte Ed25519 secret) are required' USING ERRCODE = '22023';
     END IF;
     v_secret := decode(p_secret_hex, 'hex');
     UPDATE querylayer.server_keys SET retired_at = clock_timestamp() WHERE retired_at IS NULL;
     INSERT INTO querylayer.server_keys (did_key, secret, origin) VALUES (querylayer.key_did(v_secret), v_secret, 'operator');
-    PERFORM querylayer.audit('server_key.set', NULL, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
+    PERFORM querylayer.audit('server_key.set'::text, NULL::text, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
     RETURN querylayer_api.server_keys();
 END
 $$;
@@ -659,14 +745,14 @@ BEGIN
     PERFORM querylayer.enter_operator(p_site_id);
     SELECT organization_id INTO v_org FROM querylayer.sites WHERE id = p_site_id;
     IF NOT EXISTS (SELECT 1 FROM querylayer.semantic_models WHERE site_id = p_site_id) THEN
-        PERFORM querylayer_api.import_semantic_model_as_operator('demo', v_docs->>'model');
-        PERFORM querylayer_api.import_rights('demo', v_docs->>'story_rights');
-        PERFORM querylayer_api.import_rights('demo', v_docs->>'rights');
+        PERFORM querylayer_api.import_semantic_model_as_operator('demo'::text, v_docs->>'model');
+        PERFORM querylayer_api.import_rights('demo'::text, v_docs->>'story_rights');
+        PERFORM querylayer_api.import_rights('demo'::text, v_docs->>'rights');
     END IF;
     FOR s IN SELECT * FROM jsonb_array_elements(querylayer.story_roster()->'specialists') LOOP
         IF NOT EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_org AND principal = s->>'principal') THEN
-            PERFORM querylayer_api.create_agent('demo', lower(regexp_replace(s->>'name', '([a-z])([A-Z])', '\1-\2', 'g')),
-                                                'generic', NULL, NULL, s->>'principal');
+            PERFORM querylayer_api.create_agent('demo'::text, lower(regexp_replace(s->>'name', '([a-z])([A-Z])', '\1-\2', 'g')),
+                                                'generic'::text, NULL::text, NULL::text, s->>'principal');
         END IF;
     END LOOP;
 END

@@ -74,3 +74,24 @@ CREATE EVENT TRIGGER querylayer_refuse_owner_ddl ON ddl_command_start
     EXECUTE FUNCTION querylayer.refuse_owner_ddl();
 ALTER EVENT TRIGGER querylayer_refuse_owner_ddl ENABLE ALWAYS;
 REVOKE EXECUTE ON FUNCTION querylayer.refuse_owner_ddl() FROM PUBLIC;
+
+-- Every SQL and PL/pgSQL function of the extension runs with search_path = pg_catalog, pg_temp,
+-- whoever calls it and from whatever session: the governed functions pin it themselves, and the
+-- rest (helpers, triggers, the event trigger) get it here. So no schema on a caller's path (a
+-- tenant can set a database's default search_path) can answer for an unqualified function or
+-- operator inside them, not even when a superuser's own statement fires a trigger. (Functions in
+-- C that run SQL pin it in their Rust declaration.)
+DO $pin$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT p.oid::pg_catalog.regprocedure AS fn
+               FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang
+              WHERE p.pronamespace OPERATOR(pg_catalog.=) ANY (ARRAY['querylayer'::pg_catalog.regnamespace,
+                                                                     'querylayer_api'::pg_catalog.regnamespace]::pg_catalog.oid[])
+                AND l.lanname OPERATOR(pg_catalog.<>) 'c'::pg_catalog.name
+                AND NOT coalesce('search_path=pg_catalog, pg_temp'::pg_catalog.text OPERATOR(pg_catalog.=) ANY (p.proconfig), false) LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, pg_temp', r.fn);
+    END LOOP;
+END
+$pin$;

@@ -132,12 +132,32 @@ pub enum AdminCommand {
         /// The harness the agent runs in (hermes, codex, generic, …).
         #[arg(long)]
         harness: Option<String>,
-        /// Also bind this Ed25519 did:key: signed envelopes from it act as the connection.
+        /// Also bind this Ed25519 did:key: signed envelopes from it act as the connection. Needs
+        /// its holder's proof of possession: `--did-proof`, or the key itself (`--did-seed`,
+        /// `--did-key-file`), with which this command gets a challenge and signs it.
         #[arg(long)]
         did: Option<String>,
-        /// Issue no secret: only envelopes signed by `--did` act as the connection.
+        /// The key holder's proof, `{"challenge", "signature"}` (from `create-did-challenge` and
+        /// `querylayer envelope prove`).
         #[arg(long, requires = "did")]
+        did_proof: Option<String>,
+        /// The key to bind, as a QueryGraph-style seed (its did:key is `--did`, which may be left out).
+        #[arg(long, conflicts_with_all = ["did_key_file", "did_proof"])]
+        did_seed: Option<String>,
+        /// The key to bind, as a file holding its 32-byte Ed25519 secret in hex.
+        #[arg(long, conflicts_with = "did_proof")]
+        did_key_file: Option<std::path::PathBuf>,
+        /// Issue no secret: only envelopes signed by the bound did:key act as the connection.
+        #[arg(long)]
         no_secret: bool,
+    },
+    /// Issue a challenge for binding a did:key to a connection of a site: the key's holder signs
+    /// it (`querylayer envelope prove`) and `create-connection --did-proof` takes the result.
+    CreateDidChallenge {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        did: String,
     },
     /// Revoke a connection at once.
     RevokeConnection {
@@ -284,7 +304,9 @@ impl AdminCommand {
                 name,
                 harness,
                 did,
+                did_proof,
                 no_secret,
+                ..
             } => {
                 let name = name.unwrap_or_else(|| default_name(&agent));
                 Call::new("create_connection")
@@ -296,6 +318,13 @@ impl AdminCommand {
                     .opt("p_harness", harness)
                     .opt("p_did", did)
                     .opt("p_secret", no_secret.then_some(false))
+                    .opt(
+                        "p_did_proof",
+                        did_proof.map(|p| serde_json::from_str::<Value>(&p).unwrap_or(Value::String(p))),
+                    )
+            }
+            AdminCommand::CreateDidChallenge { site, did } => {
+                Call::new("create_did_challenge").arg("p_site", site).arg("p_did", did)
             }
             AdminCommand::RevokeConnection { id, reason } => {
                 Call::new("revoke_connection").arg("p_connection_id", id).opt("p_reason", reason)
@@ -341,7 +370,14 @@ pub async fn run(args: AdminArgs) -> i32 {
         }
     };
     let kind = CommandKind::of(&args.command);
-    match db.call_as_operator(&args.command.call()).await {
+    let command = match prove_binding(&db, args.command).await {
+        Ok(command) => command,
+        Err(e) => {
+            eprintln!("querylayer admin: {e}");
+            return 1;
+        }
+    };
+    match db.call_as_operator(&command.call()).await {
         Ok(value) => {
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
@@ -358,6 +394,76 @@ pub async fn run(args: AdminArgs) -> i32 {
             1
         }
     }
+}
+
+/// For `create-connection` given the key itself (`--did-seed`, `--did-key-file`): gets a
+/// challenge for that key on the site, signs it, and fills in `--did` and `--did-proof`.
+async fn prove_binding(db: &Db, command: AdminCommand) -> Result<AdminCommand, String> {
+    let AdminCommand::CreateConnection {
+        site,
+        agent,
+        scopes,
+        expires_in,
+        name,
+        harness,
+        did,
+        did_proof,
+        did_seed,
+        did_key_file,
+        no_secret,
+    } = command
+    else {
+        return Ok(command);
+    };
+    if no_secret && did.is_none() && did_seed.is_none() && did_key_file.is_none() {
+        return Err(
+            "--no-secret needs a did:key to bind (--did with --did-proof, --did-seed or --did-key-file)"
+                .into(),
+        );
+    }
+    let signer = match (&did_seed, &did_key_file) {
+        (Some(seed), _) => Some(querylayer_envelope::Signer::from_seed_bytes(seed.as_bytes())),
+        (_, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let bytes = hex::decode(text.trim()).map_err(|e| format!("{}: not hex: {e}", path.display()))?;
+            let secret: [u8; 32] =
+                bytes.try_into().map_err(|_| format!("{}: not a 32-byte secret", path.display()))?;
+            Some(querylayer_envelope::Signer::from_secret(secret))
+        }
+        _ => None,
+    };
+    let (did, did_proof) = match signer {
+        None => (did, did_proof),
+        Some(signer) => {
+            if did.as_deref().is_some_and(|d| d != signer.did_key()) {
+                return Err(format!("--did is not the did:key of the given key ({})", signer.did_key()));
+            }
+            let challenge = db
+                .call_as_operator(
+                    &Call::new("create_did_challenge")
+                        .arg("p_site", site.clone())
+                        .arg("p_did", signer.did_key()),
+                )
+                .await
+                .map_err(|e| format!("{} ({})", e.message, e.code))?;
+            let challenge = challenge["challenge"].as_str().ok_or("the challenge has no challenge")?;
+            let proof = querylayer_envelope::binding_proof(&signer, &site, challenge);
+            (Some(signer.did_key()), Some(proof.to_string()))
+        }
+    };
+    Ok(AdminCommand::CreateConnection {
+        site,
+        agent,
+        scopes,
+        expires_in,
+        name,
+        harness,
+        did,
+        did_proof,
+        did_seed: None,
+        did_key_file: None,
+        no_secret,
+    })
 }
 
 #[derive(Clone, Copy)]

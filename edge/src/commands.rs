@@ -75,6 +75,22 @@ pub enum EnvelopeCommand {
     /// Check a header against a request, as the server does (minus the key binding and the
     /// nonce ledger, which live in the database). Exit status 1 when a check fails.
     Verify(VerifyArgs),
+    /// Prove possession of a key for binding it to a connection: sign a server challenge (from
+    /// `querylayer admin create-did-challenge` or `POST /api/console/did-challenges`) and print
+    /// the `{"challenge", "signature"}` that `create-connection --did-proof` and the console take.
+    Prove(ProveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ProveArgs {
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// The slug of the site the connection is for (part of what is signed).
+    #[arg(long)]
+    pub site: String,
+    /// The challenge the server issued (`qlch_…`).
+    #[arg(long)]
+    pub challenge: String,
 }
 
 #[derive(Args, Debug)]
@@ -204,6 +220,15 @@ pub fn envelope(command: EnvelopeCommand) -> Result<bool, String> {
                 )
             };
             println!("{}", envelope.to_header_json());
+            Ok(true)
+        }
+        EnvelopeCommand::Prove(args) => {
+            let signer = signer(&args.key)?;
+            let proof = querylayer_envelope::binding_proof(&signer, &args.site, &args.challenge);
+            println!(
+                "{}",
+                json!({"did": signer.did_key(), "challenge": proof["challenge"], "signature": proof["signature"]})
+            );
             Ok(true)
         }
         EnvelopeCommand::Verify(args) => {

@@ -32,6 +32,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/console/runs/{id}", get(get_run))
         .route("/api/console/connections", get(list_connections).post(create_connection))
         .route("/api/console/connections/{id}/revoke", post(revoke_connection))
+        .route("/api/console/did-challenges", post(create_did_challenge))
         .route("/api/console/sessions", post(register_session))
         .route("/api/console/sessions/{id}/end", post(end_session))
         .route("/api/console/conversations", get(list_conversations).post(open_conversation))
@@ -127,8 +128,16 @@ fn optional_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Error
     required_body(body)
 }
 
+/// A JSON body whose refusal names the offending field (`expires_at: invalid type: …`).
 fn required_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
-    serde_json::from_slice(body).map_err(|e| Error::invalid_argument(format!("invalid JSON body: {e}")))
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        match path.as_str() {
+            "." | "" => Error::invalid_argument(format!("invalid JSON body: {}", e.inner())),
+            _ => Error::invalid_argument(format!("{path}: {}", e.inner())),
+        }
+    })
 }
 
 /// `GET /api/console/me`: the member, role and site this token acts as.
@@ -263,6 +272,11 @@ struct NewConnection {
     /// … or how long it lives (a PostgreSQL interval such as `24 hours` or `30 days`).
     expires_in: Option<String>,
     harness: Option<String>,
+    /// An Ed25519 did:key to bind: signed envelopes from it act as the connection.
+    did: Option<String>,
+    /// The key holder's proof of possession: `{"challenge", "signature"}` over the challenge
+    /// from `POST /api/console/did-challenges`.
+    did_proof: Option<Value>,
 }
 
 /// `POST /api/console/connections` (owner, admin) → 201 with the connection and its secret,
@@ -281,7 +295,25 @@ async fn create_connection(State(state): State<AppState>, member: Member, body: 
             (None, Some(interval)) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
             (at, None) => call.arg("p_expires_at", at),
         };
-        Ok(call.opt("p_harness", c.harness))
+        Ok(call.opt("p_harness", c.harness).opt("p_did", c.did).opt("p_did_proof", c.did_proof))
+    })();
+    respond(member.call(&state, call).await, StatusCode::CREATED)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewDidChallenge {
+    /// The did:key to be bound.
+    did: String,
+}
+
+/// `POST /api/console/did-challenges` with `{"did"}` (owner, admin) → 201 with `{challenge,
+/// message, expires_at}`: the key's holder signs `message` (`querylayer envelope prove`) and the
+/// signature goes with the challenge as `did_proof` to `POST /api/console/connections`.
+async fn create_did_challenge(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let c: NewDidChallenge = required_body(&body)?;
+        Ok(Call::new("console_create_did_challenge").arg("p_did", c.did))
     })();
     respond(member.call(&state, call).await, StatusCode::CREATED)
 }

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 use crate::db::{Call, EnvelopeOutcome};
 use crate::error::Error;
-use crate::mcp::semantics_answer;
+use crate::mcp::semantics_answer_signed;
 use crate::AppState;
 
 pub const ENVELOPE_HEADER: &str = "x-qg-envelope";
@@ -32,6 +32,7 @@ pub fn router() -> Router<AppState> {
 /// The body of `POST /v1/answer`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(dead_code)] // read for validation only: the database reads the signed bytes themselves
 struct AnswerBody {
     question: String,
     purpose: Option<String>,
@@ -126,7 +127,15 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let parsed = serde_json::from_slice::<AnswerBody>(&body);
+    // Parsed here only to refuse a malformed body with a clear message; the database reads the
+    // question from the exact signed bytes.
+    let parsed =
+        serde_path_to_error::deserialize::<_, AnswerBody>(&mut serde_json::Deserializer::from_slice(&body))
+            .map(|_| String::from_utf8_lossy(&body).into_owned())
+            .map_err(|e| match e.path().to_string().as_str() {
+                "." | "" => e.inner().to_string(),
+                path => format!("{path}: {}", e.inner()),
+            });
     let llm = state.config.llm.clone();
     governed(&state, &method, &uri, &headers, &body, async move |tx| {
         let body = parsed.map_err(|e| {
@@ -134,7 +143,7 @@ async fn answer(
                 "the body must be {{\"question\", \"purpose\"?, \"dialect\"?}}: {e}"
             ))
         })?;
-        semantics_answer(tx, llm.as_ref(), body.question, body.purpose, body.dialect).await
+        semantics_answer_signed(tx, llm.as_ref(), body).await
     })
     .await
 }

@@ -72,3 +72,22 @@ pub fn verify_signature(did_or_method: &str, message: &[u8], signature: &str) ->
     // verify_strict refuses small-order keys and malleable signatures.
     vk.verify_strict(message, &Signature::from_bytes(&sig)).is_ok()
 }
+
+/// The domain line of a did:key binding proof. Unlike an envelope's signing payload (which
+/// starts with `querygraph-typedid-signing-…`), so no envelope signature is a binding proof.
+pub const BINDING_DOMAIN: &str = "querylayer-did-binding-v1";
+
+/// The exact text a key's holder signs to prove possession when the key is bound to a
+/// connection: four lines joined by `\n` (domain, the did:key, the site's slug, the server's
+/// challenge). The challenge is fresh, single-use and short-lived; the database issues it.
+pub fn binding_message(did: &str, site: &str, challenge: &str) -> String {
+    [BINDING_DOMAIN, did, site, challenge].join("\n")
+}
+
+/// The proof of possession for a binding: `{"challenge", "signature"}`.
+pub fn binding_proof(signer: &Signer, site: &str, challenge: &str) -> serde_json::Value {
+    serde_json::json!({
+        "challenge": challenge,
+        "signature": signer.sign(binding_message(&signer.did_key(), site, challenge).as_bytes()),
+    })
+}

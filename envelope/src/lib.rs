@@ -11,4 +11,4 @@ pub mod envelope;
 mod keys;
 
 pub use envelope::{Checks, Envelope, ParseError, Profile, RequestFacts};
-pub use keys::{verify_signature, Signer};
+pub use keys::{binding_message, binding_proof, verify_signature, Signer, BINDING_DOMAIN};

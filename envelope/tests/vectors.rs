@@ -224,3 +224,29 @@ fn the_rust_minted_v1_vector_is_reproducible() {
     );
     assert_eq!(env.to_header_json(), v["header"].as_str().unwrap());
 }
+
+#[test]
+fn the_did_binding_proof_vector_is_reproduced() {
+    let v = &vectors()["binding"];
+    let signer = querylayer_envelope::Signer::from_seed_bytes(v["seed_utf8"].as_str().unwrap().as_bytes());
+    assert_eq!(signer.did_key(), v["did_key"].as_str().unwrap());
+    let message = querylayer_envelope::binding_message(
+        &signer.did_key(),
+        v["site"].as_str().unwrap(),
+        v["challenge"].as_str().unwrap(),
+    );
+    assert_eq!(message, v["message"].as_str().unwrap());
+    let proof = querylayer_envelope::binding_proof(
+        &signer,
+        v["site"].as_str().unwrap(),
+        v["challenge"].as_str().unwrap(),
+    );
+    assert_eq!(proof["signature"], v["signature"]);
+    assert!(querylayer_envelope::verify_signature(
+        &signer.did_key(),
+        message.as_bytes(),
+        v["signature"].as_str().unwrap()
+    ));
+    // No envelope signing payload is a binding message: the domains differ.
+    assert!(!message.starts_with("querygraph-typedid-signing"));
+}

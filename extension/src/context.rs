@@ -4,9 +4,17 @@
 //! No GUC, table or argument that a caller controls can create or change it.
 
 use pgrx::prelude::*;
-use pgrx::{JsonB, Uuid};
+use pgrx::{FromDatum, IntoDatum, JsonB, Uuid};
 use serde_json::{json, Value};
 use std::cell::RefCell;
+
+/// Raises an error with a hint a DBA can act on.
+pub(crate) fn refuse(code: PgSqlErrorCode, message: &str, hint: &str) -> ! {
+    pgrx::pg_sys::panic::ErrorReport::new(code, message.to_string(), "querylayer")
+        .set_hint(hint)
+        .report(pgrx::PgLogLevel::ERROR);
+    unreachable!()
+}
 
 /// What kind of principal the current transaction acts as.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -45,15 +53,29 @@ struct RequestContext {
     member_role: Option<String>,
     scopes: Vec<String>,
     harness: Option<String>,
+    /// When the credential stops being valid (PostgreSQL microseconds): checked against the
+    /// wall clock at every guard, so a context cannot outlive its credential's expiry.
+    expires_at: Option<i64>,
+    /// For a context made by an envelope: the request it was signed for. Only the functions
+    /// mapped to that route (querylayer.envelope_routes) may run under it.
+    route: Option<Route>,
+}
+
+/// The signed request an envelope-derived context is bound to.
+#[derive(Clone, Debug)]
+pub(crate) struct Route {
+    pub method: String,
+    pub path: String,
+    pub body_sha256: Vec<u8>,
 }
 
 thread_local! {
-    /// Saved SPI plans of the authentication queries: planned once per backend, not per call.
-    static PLANS: RefCell<std::collections::HashMap<&'static str, std::rc::Rc<pgrx::spi::OwnedPreparedStatement>>> =
-        RefCell::new(std::collections::HashMap::new());
     static CONTEXT: RefCell<Option<RequestContext>> = const { RefCell::new(None) };
     /// The fingerprint being resolved right now; row-level security on `credentials` shows only it.
     static PRESENTED: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    /// Raw SPI plans of the liveness queries (run under an explicit snapshot), per backend.
+    static RAW_PLANS: RefCell<std::collections::HashMap<&'static str, usize>> =
+        RefCell::new(std::collections::HashMap::new());
 }
 
 /// Registers the end-of-transaction callback. Called from `_PG_init`.
@@ -80,6 +102,16 @@ unsafe extern "C-unwind" fn on_subxact_event(
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     use pg_sys::XactEvent::*;
+    if event == XACT_EVENT_PRE_PREPARE
+        && with_context(|c| matches!(c.kind, Kind::Connection | Kind::Member)) == Some(true)
+    {
+        // A prepared transaction would keep the credential's lock with no backend to end.
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INVALID_TRANSACTION_STATE,
+            "a transaction that carries a request context cannot be prepared"
+        );
+    }
     if matches!(
         event,
         XACT_EVENT_COMMIT
@@ -122,9 +154,32 @@ fn ctx_site_id() -> Option<Uuid> {
     with_context(|c| c.site_id).flatten()
 }
 
+/// The kind of the context; refuses a context whose credential expired since it was made.
 #[pg_extern(stable, parallel_restricted)]
 fn ctx_kind() -> Option<&'static str> {
-    with_context(|c| c.kind.as_str())
+    let (kind, expires_at) = with_context(|c| (c.kind, c.expires_at))?;
+    if let Some(at) = expires_at {
+        if unsafe { pg_sys::GetCurrentTimestamp() } >= at {
+            refuse(
+                PgSqlErrorCode::ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION,
+                "the credential of this transaction has expired",
+                "authenticate again, in a new transaction, with a live credential",
+            );
+        }
+    }
+    Some(kind.as_str())
+}
+
+/// The route an envelope-derived context was signed for: `{method, path, body_sha256}`, or
+/// NULL for every other context.
+#[pg_extern(stable, parallel_restricted)]
+fn ctx_envelope_route() -> Option<JsonB> {
+    with_context(|c| {
+        c.route.as_ref().map(|r| {
+            JsonB(json!({"method": r.method, "path": r.path, "body_sha256": hex::encode(&r.body_sha256)}))
+        })
+    })
+    .flatten()
 }
 
 #[pg_extern(stable, parallel_restricted)]
@@ -229,6 +284,8 @@ fn enter_operator(site: Option<Uuid>) {
         member_role: None,
         scopes: Vec::new(),
         harness: None,
+        expires_at: None,
+        route: None,
     });
 }
 
@@ -296,48 +353,106 @@ fn uuid_field(v: &Value, key: &str) -> Option<Uuid> {
     Some(Uuid::from_bytes(bytes))
 }
 
-/// The saved plan of `sql` (one bytea or uuid parameter), prepared on first use.
-fn plan(
-    client: &pgrx::spi::SpiClient<'_>,
-    sql: &'static str,
-    arg: pg_sys::Oid,
-) -> std::rc::Rc<pgrx::spi::OwnedPreparedStatement> {
-    if let Some(p) = PLANS.with(|m| m.borrow().get(sql).cloned()) {
-        return p;
+/// The raw saved plan of `sql` (one parameter of type `arg`), prepared on first use. Raw, because
+/// the liveness queries run under an explicit snapshot (`SPI_execute_snapshot`).
+fn raw_plan(sql: &'static str, arg: pg_sys::Oid) -> pg_sys::SPIPlanPtr {
+    if let Some(p) = RAW_PLANS.with(|m| m.borrow().get(sql).copied()) {
+        return p as pg_sys::SPIPlanPtr;
     }
-    let prepared = client
-        .prepare(sql, &[pgrx::PgOid::from(arg)])
-        .unwrap_or_else(|e| error!("querylayer: cannot prepare an authentication query: {e}"))
-        .keep();
-    let prepared = std::rc::Rc::new(prepared);
-    PLANS.with(|m| m.borrow_mut().insert(sql, prepared.clone()));
-    prepared
+    let text = std::ffi::CString::new(sql).expect("no NUL in SQL text");
+    let mut argtypes = [arg];
+    // SAFETY: called inside Spi::connect; the plan is kept for the backend's life.
+    let plan = unsafe { pg_sys::SPI_prepare(text.as_ptr(), 1, argtypes.as_mut_ptr()) };
+    if plan.is_null() || unsafe { pg_sys::SPI_keepplan(plan) } != 0 {
+        error!("querylayer: cannot prepare an authentication query");
+    }
+    RAW_PLANS.with(|m| m.borrow_mut().insert(sql, plan as usize));
+    plan
 }
 
-/// Looks the fingerprint up and asks SQL whether its subject is live. Leaves a `Resolving`
-/// context behind; callers replace or clear it.
-pub(crate) fn resolve(credential: Credential, fingerprint: &[u8]) -> Resolution {
-    if fingerprint.len() != 32 {
-        return Resolution::Dead { reason: "malformed".into(), subject: None, site: None };
-    }
-    PRESENTED.with(|p| *p.borrow_mut() = Some(fingerprint.to_vec()));
-    let found: Option<(Uuid, Uuid, Uuid)> = Spi::connect(|client| {
-        let lookup = plan(client, credential.lookup(), pg_sys::BYTEAOID);
-        let rows = client.select(&*lookup, Some(1), &[fingerprint.into()])?;
-        if rows.is_empty() {
-            return Ok(None);
-        }
-        match rows.first().get_three::<Uuid, Uuid, Uuid>()? {
-            (Some(subject), Some(site), Some(org)) => Ok::<_, pgrx::spi::Error>(Some((subject, site, org))),
-            _ => Ok(None),
+/// Which state a liveness query reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum View {
+    /// The newest committed state, whatever the isolation level (a snapshot taken now).
+    Present,
+    /// What the transaction's own snapshot shows (REPEATABLE READ and SERIALIZABLE keep the one
+    /// taken at their first statement).
+    Transaction,
+}
+
+/// Runs a one-parameter plan under `view` and hands the first row (if any) to `read`.
+fn query_one<R>(
+    sql: &'static str,
+    arg_type: pg_sys::Oid,
+    arg: pg_sys::Datum,
+    view: View,
+    read: impl FnOnce(pg_sys::HeapTuple, pg_sys::TupleDesc) -> R,
+) -> Option<R> {
+    Spi::connect(|_client| {
+        let plan = raw_plan(sql, arg_type);
+        let mut values = [arg];
+        let nulls = [b' ' as std::ffi::c_char];
+        // SAFETY: SPI is connected; the plan takes one argument of `arg_type`. read_only is
+        // false, so a snapshot is taken per command (READ COMMITTED reads what committed up
+        // to now, after any lock the caller waited for); Present passes the latest snapshot
+        // explicitly, which REPEATABLE READ would otherwise not see.
+        unsafe {
+            let rc = match view {
+                View::Present => pg_sys::SPI_execute_snapshot(
+                    plan,
+                    values.as_mut_ptr(),
+                    nulls.as_ptr(),
+                    pg_sys::GetLatestSnapshot(),
+                    std::ptr::null_mut(),
+                    false,
+                    false,
+                    1,
+                ),
+                View::Transaction => {
+                    pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 1)
+                }
+            };
+            if rc < 0 {
+                error!("querylayer: an authentication query failed (SPI code {rc})");
+            }
+            if pg_sys::SPI_processed == 0 || pg_sys::SPI_tuptable.is_null() {
+                return None;
+            }
+            let table = pg_sys::SPI_tuptable;
+            Some(read(*(*table).vals, (*table).tupdesc))
         }
     })
-    .unwrap_or_else(|e| error!("querylayer: credential lookup failed: {e}"));
-    PRESENTED.with(|p| p.borrow_mut().take());
+}
 
-    let Some((subject, site, organization)) = found else {
-        return Resolution::Dead { reason: "unknown".into(), subject: None, site: None };
-    };
+fn column<T: FromDatum>(tuple: pg_sys::HeapTuple, desc: pg_sys::TupleDesc, n: i32) -> Option<T> {
+    let mut isnull = false;
+    // SAFETY: `tuple` and `desc` come from SPI_tuptable of the query just run.
+    unsafe {
+        let datum = pg_sys::SPI_getbinval(tuple, desc, n, &mut isnull);
+        T::from_datum(datum, isnull)
+    }
+}
+
+/// The credential's subject (connection or member token), site and organization, if the
+/// fingerprint names one.
+fn lookup(credential: Credential, fingerprint: &[u8], view: View) -> Option<(Uuid, Uuid, Uuid)> {
+    PRESENTED.with(|p| *p.borrow_mut() = Some(fingerprint.to_vec()));
+    let arg = fingerprint.into_datum().expect("bytea datum");
+    let found = query_one(credential.lookup(), pg_sys::BYTEAOID, arg, view, |t, d| {
+        (column::<Uuid>(t, d, 1), column::<Uuid>(t, d, 2), column::<Uuid>(t, d, 3))
+    });
+    PRESENTED.with(|p| p.borrow_mut().take());
+    match found {
+        Some((Some(subject), Some(site), Some(org))) => Some((subject, site, org)),
+        _ => None,
+    }
+}
+
+/// The resolver's verdict on a subject (`{ok, reason}` or the context to hold). An unknown
+/// credential is judged too, as the nil subject of no site: the same queries and plans as for a
+/// revoked or expired one, so the answer takes the same work whatever the reason.
+fn judge(credential: Credential, found: Option<(Uuid, Uuid, Uuid)>, view: View) -> Value {
+    let (subject, site, organization) = found.unwrap_or((nil(), nil(), nil()));
     set(RequestContext {
         kind: Kind::Resolving,
         lxid: current_lxid(),
@@ -349,14 +464,73 @@ pub(crate) fn resolve(credential: Credential, fingerprint: &[u8]) -> Resolution 
         member_role: None,
         scopes: Vec::new(),
         harness: None,
+        expires_at: None,
+        route: None,
     });
-    let verdict: Option<JsonB> = Spi::connect(|client| {
-        let resolver = plan(client, credential.resolver(), pg_sys::UUIDOID);
-        client.select(&*resolver, Some(1), &[subject.into()])?.first().get_one::<JsonB>()
-    })
-    .unwrap_or_else(|e| error!("querylayer: credential resolution failed: {e}"));
-    let verdict = verdict.map(|j| j.0).unwrap_or(Value::Null);
-    if verdict.get("ok").and_then(Value::as_bool) == Some(true) {
+    let arg = subject.into_datum().expect("uuid datum");
+    query_one(credential.resolver(), pg_sys::UUIDOID, arg, view, |t, d| column::<JsonB>(t, d, 1))
+        .flatten()
+        .map(|j| j.0)
+        .unwrap_or(Value::Null)
+}
+
+fn nil() -> Uuid {
+    Uuid::from_bytes([0; 16])
+}
+
+/// The advisory lock key of a credential (a connection or member token id). Authentication
+/// holds it shared until its transaction ends; revocation ends its holders and takes it alone.
+pub(crate) fn lock_key(credential: Uuid) -> i64 {
+    let b = credential.as_bytes();
+    i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) ^ 0x514c_4352_4544_0001
+}
+
+fn lock_shared(credential: Uuid) {
+    let arg = lock_key(credential).into_datum().expect("int8 datum");
+    query_one(
+        "SELECT pg_catalog.pg_advisory_xact_lock_shared($1)",
+        pg_sys::INT8OID,
+        arg,
+        View::Transaction,
+        |_, _| (),
+    );
+}
+
+/// Looks the fingerprint up and decides, now, whether its subject is live: on the wall clock
+/// and on the newest committed state of revocations, permissions and roles, read after taking
+/// the credential's lock (so a revocation in progress is waited for and then seen). A
+/// REPEATABLE READ or SERIALIZABLE transaction whose own snapshot would judge differently
+/// cannot act on what it reads, and is refused. With `hold`, the credential's lock stays
+/// held until the transaction ends. Leaves a `Resolving` context behind; callers replace or
+/// clear it.
+pub(crate) fn resolve(credential: Credential, fingerprint: &[u8], hold: bool) -> Resolution {
+    if fingerprint.len() != 32 {
+        return Resolution::Dead { reason: "malformed".into(), subject: None, site: None };
+    }
+    let snapshot_is_old = unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32;
+    let found = lookup(credential, fingerprint, View::Present);
+    if hold {
+        // Unknown credentials take the (never contended) lock of the nil id: the same work.
+        lock_shared(found.map(|f| f.0).unwrap_or_else(nil));
+    }
+    let verdict = judge(credential, found, View::Present);
+    let live = verdict.get("ok").and_then(Value::as_bool) == Some(true);
+    if snapshot_is_old {
+        let past_found = lookup(credential, fingerprint, View::Transaction);
+        let past = judge(credential, past_found, View::Transaction);
+        if live && (past_found != found || past != verdict) {
+            clear();
+            refuse(
+                PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+                "this transaction's snapshot cannot see the present state of the credential",
+                "authenticate first in a new transaction: REPEATABLE READ and SERIALIZABLE keep the snapshot of their first statement",
+            );
+        }
+    }
+    let Some((subject, site, _)) = found else {
+        return Resolution::Dead { reason: "unknown".into(), subject: None, site: None };
+    };
+    if live {
         Resolution::Live(verdict)
     } else {
         let reason = verdict.get("reason").and_then(Value::as_str).unwrap_or("unknown").to_string();
@@ -390,14 +564,14 @@ fn authentication_failed(credential: Credential, reason: &str, subject: Option<U
 
 pub fn authenticate(credential: Credential, fingerprint: &[u8]) -> JsonB {
     refuse_if_established();
-    match resolve(credential, fingerprint) {
-        Resolution::Live(v) => establish(credential, v),
+    match resolve(credential, fingerprint, true) {
+        Resolution::Live(v) => establish(credential, v, None),
         Resolution::Dead { reason, subject, .. } => authentication_failed(credential, &reason, subject),
     }
 }
 
 /// Holds the context a live resolution describes; returns it without the internal fields.
-pub(crate) fn establish(credential: Credential, verdict: Value) -> JsonB {
+pub(crate) fn establish(credential: Credential, verdict: Value, route: Option<Route>) -> JsonB {
     let scopes = verdict
         .get("scopes")
         .and_then(Value::as_array)
@@ -417,6 +591,8 @@ pub(crate) fn establish(credential: Credential, verdict: Value) -> JsonB {
         member_role: verdict.get("role").and_then(Value::as_str).map(str::to_string),
         scopes,
         harness: verdict.get("harness").and_then(Value::as_str).map(str::to_string),
+        expires_at: verdict.get("expires_at").and_then(Value::as_str).and_then(postgres_micros),
+        route,
     });
     let mut public = verdict;
     if let Some(obj) = public.as_object_mut() {
@@ -425,10 +601,16 @@ pub(crate) fn establish(credential: Credential, verdict: Value) -> JsonB {
     JsonB(public)
 }
 
+/// PostgreSQL's timestamp (microseconds since 2000-01-01 UTC) of an RFC 3339 text.
+fn postgres_micros(text: &str) -> Option<i64> {
+    let t = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+    Some(t.timestamp_micros() - 946_684_800_000_000)
+}
+
 /// Whether a did:key is bound to a live connection, without disturbing the caller's context.
 pub(crate) fn did_key_is_live(did_sha256: &[u8]) -> bool {
     let saved = CONTEXT.with(|c| c.borrow().clone());
-    let live = matches!(resolve(Credential::DidKey, did_sha256), Resolution::Live(_));
+    let live = matches!(resolve(Credential::DidKey, did_sha256, false), Resolution::Live(_));
     CONTEXT.with(|c| *c.borrow_mut() = saved);
     live
 }
@@ -453,7 +635,15 @@ pub(crate) fn did_key_organizations(did_sha256: &[u8]) -> Vec<Uuid> {
 /// Runs in its own transaction (the failed one rolled back). Records nothing for a live one.
 pub fn record_failure(credential: Credential, fingerprint: &[u8], channel: &str) -> bool {
     refuse_if_established();
-    let outcome = resolve(credential, fingerprint);
+    // Stored in an append-only table from unauthenticated requests: a short name, nothing else.
+    if !channel_well_formed(channel) {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "channel: 1 to 32 lowercase letters, digits and _.- are required (for example mcp or console)"
+        );
+    }
+    let outcome = resolve(credential, fingerprint, false);
     clear();
     let Resolution::Dead { reason, subject, site } = outcome else {
         return false;
@@ -468,6 +658,75 @@ pub fn record_failure(credential: Credential, fingerprint: &[u8], channel: &str)
     Spi::run_with_args("SELECT querylayer.audit_failed_authentication($1)", &[JsonB(detail).into()])
         .unwrap_or_else(|e| error!("querylayer: could not record the failed authentication: {e}"));
     true
+}
+
+/// The channel of a failed authentication record: `[a-z][a-z0-9_.-]{0,31}`.
+pub(crate) fn channel_well_formed(channel: &str) -> bool {
+    let b = channel.as_bytes();
+    (1..=32).contains(&b.len())
+        && b[0].is_ascii_lowercase()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// Ends every other backend that holds the credential's context (its shared lock), then takes
+/// the lock alone, so that an authentication racing with the caller's change waits for it to
+/// commit and then sees it. Called by revocations and by changes that narrow what a credential
+/// may do (a permission withdrawn, a member's role changed). Returns how many backends it ended.
+/// Only regular client backends of this database are signalled: nothing else takes the lock.
+#[pg_extern(volatile, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn end_credential_sessions(credential: Uuid) -> i32 {
+    let key = lock_key(credential);
+    let (hi, lo) = (pg_sys::Oid::from((key >> 32) as u32), pg_sys::Oid::from(key as u32));
+    let mut ended = 0;
+    for _ in 0..500 {
+        let holders: Vec<i32> = Spi::connect(|client| {
+            let rows = client.select(
+                "SELECT l.pid FROM pg_catalog.pg_locks l
+                  WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'::pg_catalog.text
+                    AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                                            WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+                    AND l.classid OPERATOR(pg_catalog.=) $1 AND l.objid OPERATOR(pg_catalog.=) $2
+                    AND l.objsubid OPERATOR(pg_catalog.=) 1::pg_catalog.int2 AND l.granted
+                    AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()",
+                None,
+                &[hi.into(), lo.into()],
+            )?;
+            rows.map(|r| r.get::<i32>(1)).collect::<Result<Vec<_>, _>>().map(|v| v.into_iter().flatten().collect())
+        })
+        .unwrap_or_else(|e| error!("querylayer: cannot list the sessions of credential {credential}: {e}"));
+        for pid in holders {
+            // SAFETY: BackendPidGetProc only reads the proc array. A regular backend of this
+            // database (not a background worker) gets SIGTERM, as pg_terminate_backend sends.
+            unsafe {
+                let proc = pg_sys::BackendPidGetProc(pid);
+                if !proc.is_null()
+                    && !(*proc).isBackgroundWorker
+                    && (*proc).databaseId == pg_sys::MyDatabaseId
+                    && pid != pg_sys::MyProcPid
+                {
+                    if libc::kill(pid, libc::SIGTERM) == 0 {
+                        ended += 1;
+                    }
+                }
+            }
+        }
+        let locked =
+            Spi::get_one_with_args::<bool>("SELECT pg_catalog.pg_try_advisory_xact_lock($1)", &[key.into()])
+                .unwrap_or_else(|e| error!("querylayer: cannot lock credential {credential}: {e}"))
+                .unwrap_or(false);
+        if locked {
+            return ended;
+        }
+        // The ended backends release the lock as they exit, within milliseconds.
+        unsafe { pg_sys::pg_usleep(10_000) };
+        check_for_interrupts!();
+    }
+    // Someone holds it without a backend to end (it cannot be a prepared transaction: those are
+    // refused with a context). Wait for it, within statement_timeout.
+    Spi::run_with_args("SELECT pg_catalog.pg_advisory_xact_lock($1)", &[key.into()])
+        .unwrap_or_else(|e| error!("querylayer: cannot lock credential {credential}: {e}"));
+    ended
 }
 
 #[pg_schema]

@@ -56,20 +56,75 @@ fn receipt(mut body: Value) -> JsonB {
     JsonB(body)
 }
 
+/// The longest `x-qg-envelope` header read: a real envelope is well under 2 KiB.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// The longest request path recorded; longer ones are refused before anything is read.
+pub const MAX_PATH_CHARS: usize = 512;
+/// The longest error text recorded in a receipt (a parse error may quote the input).
+const MAX_ERROR_CHARS: usize = 200;
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// The method and path are the edge's facts about the request: an HTTP method token and an
+/// absolute path of visible ASCII, bounded, before anything is decided or recorded.
+fn check_request_facts(method: &str, path: &str, body_sha256: &[u8]) {
+    if method.is_empty() || method.len() > 16 || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "method: an HTTP method in upper case (1 to 16 letters) is required"
+        );
+    }
+    if !path.starts_with('/') || path.len() > MAX_PATH_CHARS || !path.bytes().all(|b| b.is_ascii_graphic()) {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("path: an absolute request path of at most {MAX_PATH_CHARS} visible ASCII characters is required")
+        );
+    }
+    if body_sha256.len() != 32 {
+        ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "body_sha256: the 32-byte SHA-256 of the request body is required"
+        );
+    }
+}
+
 /// Verifies an envelope for one request. Allowed: the transaction now acts as the connection the
-/// sender's key is bound to, and the receipt carries that context. Denied: nothing is held, and
-/// the receipt says which checks failed. Either way the decision is recorded.
+/// sender's key is bound to, for this route only (querylayer.envelope_routes), and the receipt
+/// carries that context. Denied: nothing is held, and the receipt says which checks failed.
+/// Either way the decision is recorded. Whether a key is bound to anything is looked at only
+/// once its signature verifies: before that, the answer is the same for every key. Everything a
+/// receipt stores is bounded (docs/security.md): the sender only when it is a did:key, the
+/// path and method as checked above, errors cut to 200 characters.
 pub fn authenticate(header: Option<&str>, method: &str, path: &str, body_sha256: &[u8]) -> JsonB {
     context::refuse_if_established();
+    check_request_facts(method, path, body_sha256);
     let s = settings();
     let denied = |error: String, checks: Value, profile: Value, sender: Value, connection: Value| {
         context::clear();
         receipt(json!({
-            "error": error, "allowed": false, "path": path, "method": method, "profile": profile, "sender": sender,
-            "checks": checks, "contract": contract(&s.server_did), "connection_id": connection,
+            "error": truncate(&error, MAX_ERROR_CHARS), "allowed": false, "path": path, "method": method,
+            "profile": profile, "sender": sender, "checks": checks, "contract": contract(&s.server_did),
+            "connection_id": connection,
         }))
     };
     let header = match header.map(str::trim) {
+        Some(h) if h.len() > MAX_HEADER_BYTES => {
+            return denied(
+                format!("the envelope is larger than {MAX_HEADER_BYTES} bytes"),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            )
+        }
         Some(h) if !h.is_empty() => h,
         _ => {
             return denied(
@@ -105,27 +160,32 @@ pub fn authenticate(header: Option<&str>, method: &str, path: &str, body_sha256:
     };
     let mut checks = envelope.check(&facts);
     let v2 = envelope.signing_profile() == Profile::V2;
+    let signed = checks.0.iter().take(2).all(|(_, ok)| *ok);
 
-    // The key must be bound to a live connection. Resolution leaves a provisional context.
-    let resolution = if didkey::is_ed25519_did_key(&envelope.sender) {
-        context::resolve(Credential::DidKey, &did_sha256(&envelope.sender))
+    // Only a verified signer learns whether its key is bound: the key's holder made this
+    // envelope. Resolution leaves a provisional context, and holds the connection's lock when
+    // everything else passed (the context may be established).
+    let (verdict, connection) = if signed {
+        match context::resolve(Credential::DidKey, &did_sha256(&envelope.sender), checks.all_passed()) {
+            Resolution::Live(v) => {
+                let id = v["connection_id"].clone();
+                (Some(v), id)
+            }
+            Resolution::Dead { subject, .. } => {
+                (None, subject.map(|u| Value::String(u.to_string())).unwrap_or(Value::Null))
+            }
+        }
     } else {
-        Resolution::Dead { reason: "malformed".into(), subject: None, site: None }
+        (None, Value::Null)
     };
-    let (verdict, connection) = match resolution {
-        Resolution::Live(v) => {
-            let id = v["connection_id"].clone();
-            (Some(v), id)
-        }
-        Resolution::Dead { subject, .. } => {
-            (None, subject.map(|u| Value::String(u.to_string())).unwrap_or(Value::Null))
-        }
-    };
-    checks.push("keyBound", verdict.is_some());
+    if signed {
+        checks.push("keyBound", verdict.is_some());
+    }
 
     // A nonce is spent only by an envelope that passed everything else.
     if v2 {
-        let unused = checks.all_passed()
+        let unused = signed
+            && checks.all_passed()
             && Spi::get_one_with_args::<bool>(
                 "SELECT querylayer.spend_nonce($1, $2, $3)",
                 &[
@@ -140,10 +200,20 @@ pub fn authenticate(header: Option<&str>, method: &str, path: &str, body_sha256:
     }
 
     let profile = Value::String(envelope.signing_profile().as_str().into());
-    let sender = Value::String(envelope.sender.clone());
+    // The sender is recorded only when it is a did:key (bounded); anything else was refused.
+    let sender = if didkey::is_ed25519_did_key(&envelope.sender) {
+        Value::String(envelope.sender.clone())
+    } else {
+        Value::Null
+    };
     match verdict {
         Some(verdict) if checks.all_passed() => {
-            let held = context::establish(Credential::DidKey, verdict).0;
+            let route = context::Route {
+                method: method.to_string(),
+                path: path.to_string(),
+                body_sha256: body_sha256.to_vec(),
+            };
+            let held = context::establish(Credential::DidKey, verdict, Some(route)).0;
             receipt(json!({
                 "allowed": true, "path": path, "method": method, "profile": profile, "sender": sender,
                 "checks": checks.to_json(), "connection_id": connection, "context": held,
@@ -167,14 +237,30 @@ fn did_key_sha256(did: &str) -> Vec<u8> {
 
 /// True when the did:key is bound to a connection that is live now (on any site).
 #[pg_extern(volatile, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
 fn did_key_in_use(did: &str) -> bool {
     context::did_key_is_live(&did_sha256(did))
 }
 
 /// The organizations whose connections were ever bound to the did:key.
 #[pg_extern(volatile, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
 fn did_key_organizations(did: &str) -> Vec<pgrx::Uuid> {
     context::did_key_organizations(&did_sha256(did))
+}
+
+/// True when `signature` (`ed25519:` + hex) is the did:key's signature over `message`: the
+/// proof of possession a binding requires (querylayer.did_binding_message).
+#[pg_extern(immutable, parallel_safe)]
+fn did_key_signature_valid(did: &str, message: &str, signature: &str) -> bool {
+    didkey::is_ed25519_did_key(did)
+        && querylayer_envelope::verify_signature(did, message.as_bytes(), signature)
+}
+
+/// The exact text a key's holder signs to bind it to a connection of `site` (docs/envelope.md).
+#[pg_extern(immutable, parallel_safe)]
+fn did_binding_message(did: &str, site: &str, challenge: &str) -> String {
+    querylayer_envelope::binding_message(did, site, challenge)
 }
 
 /// The canonical JSON text of a jsonb value and its SHA-256, as envelopes hash payloads.

@@ -38,6 +38,8 @@ extension_sql_file!(
         context::ctx_presented_fingerprint,
         context::outer_user,
         context::enter_operator,
+        context::ctx_envelope_route,
+        context::end_credential_sessions,
         secrets::new_secret,
         lifecycle::lifecycle_mark,
         lifecycle::execute_decision,
@@ -45,7 +47,9 @@ extension_sql_file!(
         envelopes::did_key_sha256,
         envelopes::did_key_in_use,
         envelopes::did_key_organizations,
-        envelopes::canonical_sha256
+        envelopes::canonical_sha256,
+        envelopes::did_key_signature_valid,
+        envelopes::did_binding_message
     ]
 );
 extension_sql_file!("../../sql/020_ledger.sql", name = "ledger", requires = ["context"]);

@@ -42,6 +42,7 @@ fn lifecycle_mark() -> Option<Uuid> {
 /// Executes an approved publish_lifecycle, content_lifecycle or topical_map decision. Returns the execution
 /// record (`{status: applied | failed, detail}`).
 #[pg_extern(volatile, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
 fn execute_decision(decision: Uuid) -> JsonB {
     let executable: Option<bool> =
         Spi::get_one_with_args("SELECT querylayer.decision_executable($1)", &[decision.into()])

@@ -773,11 +773,36 @@ mod tests {
         ))
     }
 
+    /// The signer of a did:key of the shared vectors (their seeds are public) or of the tests.
+    fn signer_of(did: &str) -> querylayer_envelope::Signer {
+        let vectors = envelope_vectors();
+        for set in ["v1", "v2"] {
+            for v in vectors[set].as_array().unwrap() {
+                if v["did_key"] == did {
+                    return querylayer_envelope::Signer::from_seed_bytes(
+                        v["seed_utf8"].as_str().unwrap().as_bytes(),
+                    );
+                }
+            }
+        }
+        let test = querylayer_envelope::Signer::from_seed_bytes(b"pg-test-key");
+        assert_eq!(test.did_key(), did, "no known seed for {did}");
+        test
+    }
+
+    /// As the operator: a proof of possession of `did` for binding it on `site`.
+    fn operator_proof(site: &str, did: &str) -> String {
+        let challenge = json(&format!("SELECT querylayer_api.create_did_challenge('{site}', '{did}')"));
+        querylayer_envelope::binding_proof(&signer_of(did), site, challenge["challenge"].as_str().unwrap())
+            .to_string()
+    }
+
     fn bind(did: &str) {
         demo_secret();
         Spi::run(&format!(
             "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'key', '{{content:read,site:read}}',
-               now() + interval '1 hour', 'generic', '{did}', false)"
+               now() + interval '1 hour', 'generic', '{did}', false, '{}')",
+            operator_proof("demo", did)
         ))
         .unwrap();
     }
@@ -786,16 +811,24 @@ mod tests {
     fn bind_then_revoke(did: &str) {
         let bound = json(&format!(
             "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'key', '{{site:read}}',
-               now() + interval '1 hour', 'generic', '{did}', false)"
+               now() + interval '1 hour', 'generic', '{did}', false, '{}')",
+            operator_proof("demo", did)
         ));
         let id = bound["connection_id"].as_str().unwrap();
         Spi::run(&format!("SELECT querylayer_api.revoke_connection('{id}')")).unwrap();
     }
 
-    fn console_bind(agent: &str, name: &str, did: &str) -> String {
+    /// As the member in context (owner or admin of `site`): binds `did` with its holder's proof.
+    fn console_bind(agent: &str, name: &str, did: &str, site: &str) -> String {
+        let challenge = json(&format!("SELECT querylayer_api.console_create_did_challenge('{did}')"));
+        let proof = querylayer_envelope::binding_proof(
+            &signer_of(did),
+            site,
+            challenge["challenge"].as_str().unwrap(),
+        );
         format!(
             "SELECT querylayer_api.console_create_connection('{agent}', '{name}', '{{site:read}}',
-               now() + interval '1 hour', 'generic', '{did}')"
+               now() + interval '1 hour', 'generic', '{did}', '{proof}')"
         )
     }
 
@@ -816,8 +849,8 @@ mod tests {
             json("SELECT querylayer_api.create_member_token('s2', 'm2', 't', now() + interval '1 hour')");
         as_member(token["token"].as_str().unwrap());
         // Demo's key is not live any more, yet another organization's owner cannot take it over.
-        expect_sqlstate(&console_bind("a2", "taken", used), "QL409");
-        let own = json(&console_bind("a2", "new key", fresh));
+        expect_sqlstate(&console_bind("a2", "taken", used, "s2"), "QL409");
+        let own = json(&console_bind("a2", "new key", fresh, "s2"));
         assert_eq!(own["did"], fresh);
     }
 
@@ -827,7 +860,7 @@ mod tests {
         let seeded = json("SELECT querylayer_api.seed_demo()");
         bind_then_revoke(&used);
         as_member(seeded["member_token"]["token"].as_str().unwrap());
-        let again = json(&console_bind("demo-agent", "key again", &used));
+        let again = json(&console_bind("demo-agent", "key again", &used, "demo"));
         assert_eq!(again["did"], used.as_str());
     }
 
@@ -871,8 +904,9 @@ mod tests {
         let allowed = authenticate_envelope(header, "POST", path, body);
         assert_eq!(allowed["allowed"], true, "{allowed}");
         assert_eq!(allowed["context"]["site"], "demo");
-        let site = json("SELECT querylayer_api.site_context()");
-        assert_eq!(site["connection"]["name"], "key");
+        assert_eq!(allowed["context"]["connection"], "key");
+        // The context serves the signed route only.
+        expect_sqlstate("SELECT querylayer_api.site_context()", "QL403");
 
         let elsewhere = authenticate_envelope(header, "POST", "/v1/models/import/osi", body);
         assert_eq!(elsewhere["checks"]["resourceBoundToPath"], false);

@@ -3,7 +3,10 @@
 
 mod content;
 mod context;
+mod envelopes;
 mod immutability;
 mod install;
 mod isolation;
+mod liveness;
+mod operators;
 mod runs;

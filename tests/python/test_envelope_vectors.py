@@ -52,3 +52,13 @@ def test_v2_vectors_verify_and_remint_identically(vector):
     assert json.loads(ours)["signature"] == vector["signature"]
     tampered = dict(env, method="PUT")
     assert not verify_header(json.dumps(tampered))
+
+
+def test_the_did_binding_proof_is_the_rust_one():
+    from querylayer_client import did_binding_message, prove_did_binding
+
+    v = VECTORS["binding"]
+    key = Key.from_seed(v["seed_utf8"])
+    assert key.did == v["did_key"]
+    assert did_binding_message(key.did, v["site"], v["challenge"]) == v["message"]
+    assert prove_did_binding(key, v["site"], v["challenge"]) == {"challenge": v["challenge"], "signature": v["signature"]}

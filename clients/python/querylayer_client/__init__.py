@@ -21,11 +21,20 @@ from datetime import datetime, timezone
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-__all__ = ["Key", "canonical_json", "mint_envelope_header", "signing_payload", "verify_header"]
+__all__ = [
+    "Key",
+    "canonical_json",
+    "did_binding_message",
+    "mint_envelope_header",
+    "prove_did_binding",
+    "signing_payload",
+    "verify_header",
+]
 
 _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _ED25519_PUB = b"\xed\x01"
 DEFAULT_RECIPIENT = "did:web:qg-server"
+BINDING_DOMAIN = "querylayer-did-binding-v1"
 
 
 def _b58encode(data: bytes) -> str:
@@ -153,3 +162,16 @@ def mint_envelope_header(
     )
     env["envelope_digest"] = "sha256:" + hashlib.sha256(digest_input.encode()).hexdigest()
     return json.dumps(env, separators=(",", ":"))
+
+
+def did_binding_message(did: str, site: str, challenge: str) -> str:
+    """The exact text a key's holder signs to bind the key to a connection of `site`: four lines
+    (the domain, the did:key, the site's slug, the server's challenge). No envelope signs this
+    domain, so an envelope's signature is never a binding proof."""
+    return "\n".join([BINDING_DOMAIN, did, site, challenge])
+
+
+def prove_did_binding(key: Key, site: str, challenge: str) -> dict:
+    """The proof of possession a binding needs: `{"challenge", "signature"}` over a challenge the
+    server issued (`querylayer admin create-did-challenge`, `POST /api/console/did-challenges`)."""
+    return {"challenge": challenge, "signature": key.sign(did_binding_message(key.did, site, challenge).encode())}

@@ -17,6 +17,7 @@ mod site;
 mod sources;
 
 pub use semantics::answer as semantics_answer;
+pub use semantics::answer_signed as semantics_answer_signed;
 
 use std::sync::Arc;
 use std::time::Instant;

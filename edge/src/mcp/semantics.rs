@@ -478,3 +478,36 @@ pub async fn answer(
         .await
         .map_err(|e| Error::from_db(&e))
 }
+
+/// `POST /v1/answer` under its envelope: the same loop, but the database reads the question from
+/// the exact body the sender signed (`answer_signed_request`, `prepare_signed_answer`), so what
+/// runs is what was signed.
+pub async fn answer_signed(
+    tx: &deadpool_postgres::Transaction<'_>,
+    llm: Option<&crate::llm::Llm>,
+    body: String,
+) -> Result<Value, Error> {
+    let Some(llm) = llm else {
+        return Call::new("answer_signed_request")
+            .arg("p_body", body)
+            .run(tx)
+            .await
+            .map_err(|e| Error::from_db(&e));
+    };
+    let prepared = Call::new("prepare_signed_answer")
+        .arg("p_body", body)
+        .run(tx)
+        .await
+        .map_err(|e| Error::from_db(&e))?;
+    let prompt = prepared["prompt"].as_str().unwrap_or_default();
+    let draft: Uuid = serde_json::from_value(prepared["draft_id"].clone())
+        .map_err(|e| Error::internal(format!("prepare_signed_answer returned no draft id: {e}")))?;
+    let text = llm.complete(prompt).await?;
+    Call::new("complete_answer")
+        .arg("p_draft_id", draft)
+        .arg("p_text", text)
+        .arg("p_synthesized_by", llm.name())
+        .run(tx)
+        .await
+        .map_err(|e| Error::from_db(&e))
+}

@@ -11,7 +11,7 @@ CREATE TABLE querylayer.ledger_forms (
     fields     text[] NOT NULL CHECK (cardinality(fields) > 0),
     PRIMARY KEY (table_name, form)
 );
-SELECT querylayer.make_append_only('querylayer.ledger_forms');
+SELECT querylayer.make_append_only('querylayer.ledger_forms'::regclass);
 
 ALTER TABLE querylayer.access_receipts ADD COLUMN ledger_form smallint NOT NULL DEFAULT 1;
 ALTER TABLE querylayer.access_receipts ALTER COLUMN ledger_form DROP DEFAULT;

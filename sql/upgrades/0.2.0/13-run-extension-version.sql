@@ -2,4 +2,4 @@
 -- 2 of runs. Earlier runs keep NULL and form 1.
 ALTER TABLE querylayer.runs ADD COLUMN extension_version text;
 ALTER TABLE querylayer.runs ALTER COLUMN extension_version SET DEFAULT querylayer.installed_version();
-SELECT querylayer.add_ledger_form('querylayer.runs');
+SELECT querylayer.add_ledger_form('querylayer.runs'::regclass);

@@ -30,7 +30,7 @@ from querygraph.typedid import TypeDidAgent, TypeDidEnvelope
 
 from harness import (ALL_SCOPES, BIN, EDGE_DB_URL, SECRETS, admin, issued, mcp, member_token, mint, structured,
                      superuser_sql)
-from querylayer_client import Key
+from querylayer_client import Key, prove_did_binding
 from querylayer_client import mint_envelope_header as mint_v2
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -115,10 +115,19 @@ def llm_edge():
     server.shutdown()
 
 
-def bind(did: str, scopes=("site:read", "content:read", "content:write"), site="demo") -> dict:
-    """A connection bound to `did` only (no secret) for the demo agent."""
+# The keys of the agents the tests bind, by did:key: binding takes the holder's proof.
+KEYS: dict[str, Key] = {}
+
+
+def bind(key: Key | str, scopes=("site:read", "content:read", "content:write"), site="demo") -> dict:
+    """A connection bound to the key only (no secret) for the demo agent, with its holder's
+    proof of possession: a server challenge signed by the key (querylayer_client)."""
+    key = KEYS[key] if isinstance(key, str) else key
+    challenge = admin("create-did-challenge", "--site", site, "--did", key.did)
+    proof = prove_did_binding(key, site, challenge["challenge"])
     return admin("create-connection", "--site", site, "--agent", "demo-agent", "--scopes", ",".join(scopes),
-                 "--expires-in", "1 hour", "--name", f"key {uuid.uuid4().hex[:12]}", "--did", did, "--no-secret")
+                 "--expires-in", "1 hour", "--name", f"key {uuid.uuid4().hex[:12]}", "--did", key.did,
+                 "--did-proof", json.dumps(proof), "--no-secret")
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +140,13 @@ def import_site():
 
 
 def fresh_agent() -> TypeDidAgent:
-    return TypeDidAgent.new(f"e2e-{uuid.uuid4().hex}")
+    name = f"e2e-{uuid.uuid4().hex}"
+    agent = TypeDidAgent.new(name)
+    # QueryGraph derives an agent's key from the seed querygraph-agent:<name>.
+    key = Key.from_seed(f"querygraph-agent:{name}")
+    assert key.did == agent.did_key()
+    KEYS[key.did] = key
+    return agent
 
 
 def model_document(name: str) -> dict:
@@ -237,7 +252,7 @@ def receipts_of(sender: str) -> list[tuple[bool, str]]:
 
 def test_every_decision_is_kept_and_a_failed_request_spends_its_nonce(governed_edge, import_site):
     key = Key.from_seed(f"receipts-{uuid.uuid4().hex}")
-    bind(key.did, site=import_site)
+    bind(key, site=import_site)
     path = "/v1/models/import/osi"
     # A valid envelope carrying a model the importer refuses: the route fails after the
     # envelope was allowed. The receipt and the spent nonce stay; the model does not.
@@ -256,7 +271,7 @@ def test_the_v1_rate_limit_is_keyed_on_the_verified_connection_not_the_claimed_s
     proc, url = start_edge("edge-v1-limit", "--require-auth", "--rate-burst", "2", rate_limit="0.2")
     try:
         key = Key.from_seed(f"limited-{uuid.uuid4().hex}")
-        bind(key.did)
+        bind(key)
         body = json.dumps({"question": "budget headroom"})
         # Headers another key signed while claiming this key's did:key cannot spend its bucket.
         for _ in range(5):
@@ -333,7 +348,7 @@ def test_a_rust_minted_envelope_verifies_with_the_python_package():
 
 def test_v2_envelopes_refuse_replays_and_stale_ones(governed_edge):
     key = Key.from_seed(f"v2-{uuid.uuid4().hex}")
-    bind(key.did)
+    bind(key)
     body = json.dumps({"question": "budget headroom"})
     fresh = mint_v2(key, path="/v1/answer", body=body)
     headers = {"x-qg-envelope": fresh, "content-type": "application/json"}
