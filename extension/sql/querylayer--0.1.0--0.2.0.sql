@@ -12,6 +12,15 @@
 -- scripts/upgrade-script (docs/operations.md, "Schema changes").
 \echo Use "ALTER EXTENSION querylayer UPDATE TO '0.2.0'" to load this file. \quit
 
+-- (a) sql/upgrades/0.2.0/12-did-binding-proof.pre.sql
+
+-- Issue 12: binding a did:key takes a proof of possession, so the functions that bind gain a
+-- trailing p_did_proof parameter. CREATE OR REPLACE cannot change a parameter list (it would add
+-- an overload), so the 0.1.0 signatures go first.
+DROP FUNCTION querylayer.issue_connection(uuid, uuid, text, text[], timestamptz, text, text, text, boolean);
+DROP FUNCTION querylayer_api.create_connection(text, text, text, text[], timestamptz, text, text, boolean);
+DROP FUNCTION querylayer_api.console_create_connection(text, text, text[], timestamptz, text, text);
+
 -- (a) sql/upgrades/0.2.0/13-ledger-forms.pre.sql
 
 -- 0.2.0: chained records get a versioned canonical form (sql/020_ledger.sql). Runs before the
@@ -27,7 +36,7 @@ CREATE TABLE querylayer.ledger_forms (
     fields     text[] NOT NULL CHECK (cardinality(fields) > 0),
     PRIMARY KEY (table_name, form)
 );
-SELECT querylayer.make_append_only('querylayer.ledger_forms');
+SELECT querylayer.make_append_only('querylayer.ledger_forms'::regclass);
 
 ALTER TABLE querylayer.access_receipts ADD COLUMN ledger_form smallint NOT NULL DEFAULT 1;
 ALTER TABLE querylayer.access_receipts ALTER COLUMN ledger_form DROP DEFAULT;
@@ -86,6 +95,7 @@ CREATE OR REPLACE FUNCTION querylayer.acting_principal()
  RETURNS text
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -98,6 +108,7 @@ REVOKE ALL ON FUNCTION querylayer.acting_principal() FROM PUBLIC, querylayer_adm
 CREATE OR REPLACE FUNCTION querylayer.add_ledger_form(p_table regclass, p_fields text[] DEFAULT NULL::text[])
  RETURNS smallint
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_table   text;
@@ -138,6 +149,7 @@ CREATE OR REPLACE FUNCTION querylayer.agent_by_handle(p_organization_id uuid, p_
  RETURNS querylayer.agents
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.agents;
@@ -156,6 +168,7 @@ CREATE OR REPLACE FUNCTION querylayer.agent_by_profile_id(p_profile_id text)
  RETURNS querylayer.agents
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.agents;
@@ -174,6 +187,7 @@ REVOKE ALL ON FUNCTION querylayer.agent_by_profile_id(text) FROM PUBLIC, queryla
 CREATE OR REPLACE FUNCTION querylayer.agents_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF TG_OP = 'DELETE' THEN
@@ -190,9 +204,33 @@ $function$;
 ALTER FUNCTION querylayer.agents_guard() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.agents_guard() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.answer(p_question text, p_purpose text, p_dialect text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_model  querylayer.semantic_models;
+    v_rights querylayer.rights_documents;
+BEGIN
+    IF p_question IS NULL OR length(p_question) > 4000 THEN
+        RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
+    END IF;
+    v_model := querylayer.current_model();
+    v_rights := querylayer.current_rights();
+    RETURN querylayer.sign_and_record(
+        querylayer.navigate(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
+                            p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp())),
+        NULL::text, NULL::text, v_model, v_rights.id, p_purpose);
+END
+$function$;
+ALTER FUNCTION querylayer.answer(text,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.answer(text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.apply_decision(p_decision uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_type text;
@@ -211,6 +249,7 @@ REVOKE ALL ON FUNCTION querylayer.apply_decision(uuid) FROM PUBLIC, querylayer_a
 CREATE OR REPLACE FUNCTION querylayer.apply_lifecycle(p_decision uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_dec      querylayer.proposal_decisions;
@@ -282,6 +321,7 @@ REVOKE ALL ON FUNCTION querylayer.apply_lifecycle(uuid) FROM PUBLIC, querylayer_
 CREATE OR REPLACE FUNCTION querylayer.apply_topical_map(p_decision uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_dec      querylayer.proposal_decisions;
@@ -351,6 +391,7 @@ REVOKE ALL ON FUNCTION querylayer.apply_topical_map(uuid) FROM PUBLIC, querylaye
 CREATE OR REPLACE FUNCTION querylayer.assign_risk()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF querylayer.restoring() THEN
@@ -374,6 +415,7 @@ REVOKE ALL ON FUNCTION querylayer.attestation_valid(jsonb,text,text) FROM PUBLIC
 CREATE OR REPLACE FUNCTION querylayer.audit(p_action text, p_target text DEFAULT NULL::text, p_detail jsonb DEFAULT '{}'::jsonb, p_outcome text DEFAULT 'ok'::text)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     INSERT INTO querylayer.audit_events (site_id, organization_id, principal_kind, agent_id, connection_id,
@@ -392,6 +434,7 @@ REVOKE ALL ON FUNCTION querylayer.audit(text,text,jsonb,text) FROM PUBLIC, query
 CREATE OR REPLACE FUNCTION querylayer.audit_failed_authentication(p_detail jsonb)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     INSERT INTO querylayer.audit_events (site_id, principal_kind, action, outcome, detail)
@@ -413,6 +456,7 @@ CREATE OR REPLACE FUNCTION querylayer.catalog_tables()
  RETURNS text[]
  LANGUAGE sql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT ARRAY['ledger_forms', 'ledger_tables', 'proposal_types', 'scopes', 'task_operations']
 $function$;
@@ -426,6 +470,7 @@ CREATE OR REPLACE FUNCTION querylayer.chain_append()
  SET "IntervalStyle" TO 'postgres'
  SET bytea_output TO 'hex'
  SET extra_float_digits TO '1'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_form    querylayer.ledger_forms;
@@ -462,6 +507,7 @@ CREATE OR REPLACE FUNCTION querylayer.check_affected_objects(p_objects jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_bad jsonb;
@@ -489,6 +535,7 @@ REVOKE ALL ON FUNCTION querylayer.check_affected_objects(jsonb) FROM PUBLIC, que
 CREATE OR REPLACE FUNCTION querylayer.check_authorship()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_run querylayer.runs;
@@ -524,10 +571,46 @@ $function$;
 ALTER FUNCTION querylayer.check_authorship() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.check_authorship() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.check_did_proof(p_site_id uuid, p_did text, p_proof jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site      querylayer.sites;
+    v_challenge text;
+BEGIN
+    IF p_proof IS NULL OR jsonb_typeof(p_proof) IS DISTINCT FROM 'object'
+       OR jsonb_typeof(p_proof->'challenge') IS DISTINCT FROM 'string'
+       OR jsonb_typeof(p_proof->'signature') IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'did_proof: binding a did:key requires proof that its holder consents: {"challenge", "signature"}'
+            USING ERRCODE = '22023',
+                  HINT = 'get a challenge (querylayer admin create-did-challenge, or POST /api/console/did-challenges), have the key''s holder sign it (querylayer envelope prove), and pass both';
+    END IF;
+    SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
+    UPDATE querylayer.did_challenges SET used_at = clock_timestamp()
+     WHERE challenge = p_proof->>'challenge' AND site_id = p_site_id AND did = p_did
+       AND used_at IS NULL AND expires_at > clock_timestamp()
+    RETURNING challenge INTO v_challenge;
+    IF v_challenge IS NULL THEN
+        RAISE EXCEPTION 'did_proof: the challenge is unknown, used, expired, or was issued for another key or site'
+            USING ERRCODE = 'QL403', HINT = 'get a fresh challenge for this key on this site';
+    END IF;
+    IF NOT querylayer.did_key_signature_valid(p_did, querylayer.did_binding_message(p_did, v_site.slug, v_challenge),
+                                             p_proof->>'signature') THEN
+        RAISE EXCEPTION 'did_proof: the signature does not verify with the key being bound'
+            USING ERRCODE = 'QL403', HINT = 'only the key''s holder can sign the challenge; its private key is never sent';
+    END IF;
+END
+$function$;
+ALTER FUNCTION querylayer.check_did_proof(uuid,text,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.check_did_proof(uuid,text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.check_draft_fields(p_template querylayer.templates, p_fields jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_missing  text[];
@@ -586,17 +669,18 @@ CREATE OR REPLACE FUNCTION querylayer.check_draft_references(p_payload jsonb)
  RETURNS void
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF p_payload ? 'brief_id' AND NOT EXISTS (
-        SELECT 1 FROM querylayer.content_briefs WHERE id = querylayer.payload_uuid(p_payload->'brief_id', 'payload.brief_id')) THEN
+        SELECT 1 FROM querylayer.content_briefs WHERE id = querylayer.payload_uuid(p_payload->'brief_id', 'payload.brief_id'::text)) THEN
         RAISE EXCEPTION 'payload.brief_id: no content brief % on this site', p_payload->>'brief_id' USING ERRCODE = 'QL404';
     END IF;
     IF p_payload ? 'source_record_ids' THEN
         IF jsonb_typeof(p_payload->'source_record_ids') <> 'array' OR EXISTS (
             SELECT 1 FROM jsonb_array_elements(p_payload->'source_record_ids') r
              WHERE NOT EXISTS (SELECT 1 FROM querylayer.content_source_records s
-                                WHERE s.id = querylayer.payload_uuid(r, 'payload.source_record_ids[]'))) THEN
+                                WHERE s.id = querylayer.payload_uuid(r, 'payload.source_record_ids[]'::text))) THEN
             RAISE EXCEPTION 'payload.source_record_ids: every id must name a staged record on this site' USING ERRCODE = 'QL404';
         END IF;
     END IF;
@@ -609,6 +693,7 @@ CREATE OR REPLACE FUNCTION querylayer.check_expiry(p_expires_at timestamp with t
  RETURNS timestamp with time zone
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF p_expires_at IS NULL THEN
@@ -631,6 +716,7 @@ CREATE OR REPLACE FUNCTION querylayer.check_keys(p_keys text[], p_what text)
  RETURNS text[]
  LANGUAGE plpgsql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_bad text;
@@ -651,6 +737,7 @@ CREATE OR REPLACE FUNCTION querylayer.check_payload(p_type text, p_payload jsonb
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_cid uuid;
@@ -662,16 +749,16 @@ BEGIN
     -- Risk is the server's; a client-supplied one is dropped.
     p_payload := p_payload - 'risk';
     IF p_type IN ('create_content', 'revision') THEN
-        v_cid := querylayer.payload_uuid(p_payload->'content_id', 'payload.content_id');
-        v_rid := querylayer.payload_uuid(p_payload->'revision_id', 'payload.revision_id');
+        v_cid := querylayer.payload_uuid(p_payload->'content_id', 'payload.content_id'::text);
+        v_rid := querylayer.payload_uuid(p_payload->'revision_id', 'payload.revision_id'::text);
         IF NOT EXISTS (SELECT 1 FROM querylayer.content_revisions WHERE id = v_rid AND content_id = v_cid) THEN
             RAISE EXCEPTION 'payload.revision_id: no revision % of item % on this site', v_rid, v_cid USING ERRCODE = 'QL404';
         END IF;
         -- Contributor output may cite what commissioned or fed it (a brief, staged source records).
         PERFORM querylayer.check_draft_references(p_payload);
     ELSIF p_type = 'internal_link' THEN
-        FOREACH v_cid IN ARRAY ARRAY[querylayer.payload_uuid(p_payload->'from_content_id', 'payload.from_content_id'),
-                                      querylayer.payload_uuid(p_payload->'to_content_id', 'payload.to_content_id')] LOOP
+        FOREACH v_cid IN ARRAY ARRAY[querylayer.payload_uuid(p_payload->'from_content_id', 'payload.from_content_id'::text),
+                                      querylayer.payload_uuid(p_payload->'to_content_id', 'payload.to_content_id'::text)] LOOP
             IF NOT EXISTS (SELECT 1 FROM querylayer.content_items WHERE id = v_cid) THEN
                 RAISE EXCEPTION 'payload: no content item % on this site', v_cid USING ERRCODE = 'QL404';
             END IF;
@@ -695,6 +782,7 @@ CREATE OR REPLACE FUNCTION querylayer.check_slug(p_value text, p_what text)
  RETURNS text
  LANGUAGE plpgsql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF p_value IS NULL OR p_value !~ '^[a-z0-9][a-z0-9-]{0,62}$' THEN
@@ -711,6 +799,7 @@ CREATE OR REPLACE FUNCTION querylayer.check_source_record(p_record jsonb)
  RETURNS jsonb
  LANGUAGE sql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT CASE WHEN jsonb_typeof(p_record) <> 'object' THEN
         jsonb_build_object('problems', jsonb_build_array('the record is not an object'), 'warnings', '[]'::jsonb)
@@ -735,6 +824,7 @@ CREATE OR REPLACE FUNCTION querylayer.check_template_fields(p_fields jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     f jsonb;
@@ -772,6 +862,7 @@ CREATE OR REPLACE FUNCTION querylayer.check_topical_changes(p_payload jsonb)
  RETURNS void
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     c      jsonb;
@@ -841,6 +932,7 @@ REVOKE ALL ON FUNCTION querylayer.check_topical_changes(jsonb) FROM PUBLIC, quer
 CREATE OR REPLACE FUNCTION querylayer.claimed_turn(p_turn_id uuid)
  RETURNS querylayer.console_turns
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.console_turns;
@@ -864,6 +956,7 @@ REVOKE ALL ON FUNCTION querylayer.claimed_turn(uuid) FROM PUBLIC, querylayer_adm
 CREATE OR REPLACE FUNCTION querylayer.connections_check_scopes()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_missing text[];
@@ -892,6 +985,7 @@ REVOKE ALL ON FUNCTION querylayer.connections_check_scopes() FROM PUBLIC, queryl
 CREATE OR REPLACE FUNCTION querylayer.console_turns_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF TG_OP = 'DELETE' THEN
@@ -919,6 +1013,7 @@ REVOKE ALL ON FUNCTION querylayer.console_turns_guard() FROM PUBLIC, querylayer_
 CREATE OR REPLACE FUNCTION querylayer.content_items_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF TG_OP = 'DELETE' THEN
@@ -963,6 +1058,7 @@ CREATE OR REPLACE FUNCTION querylayer.content_json(p_item querylayer.content_ite
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -985,6 +1081,7 @@ CREATE OR REPLACE FUNCTION querylayer.content_state(p_item querylayer.content_it
  RETURNS text
  LANGUAGE sql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT CASE WHEN p_item.archived_at IS NOT NULL THEN 'archived'
                 WHEN p_item.published_revision_id IS NOT NULL THEN 'published'
@@ -997,6 +1094,7 @@ CREATE OR REPLACE FUNCTION querylayer.conversation_problem(p_conv querylayer.con
  RETURNS text
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -1019,6 +1117,7 @@ REVOKE ALL ON FUNCTION querylayer.conversation_problem(querylayer.console_conver
 CREATE OR REPLACE FUNCTION querylayer.count_form_screening()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF querylayer.restoring() THEN
@@ -1036,6 +1135,7 @@ REVOKE ALL ON FUNCTION querylayer.count_form_screening() FROM PUBLIC, querylayer
 CREATE OR REPLACE FUNCTION querylayer.credential_rows_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF TG_OP = 'DELETE' THEN
@@ -1069,6 +1169,14 @@ CREATE OR REPLACE FUNCTION querylayer.ctx_connection_id()
 AS 'querylayer', $function$ctx_connection_id_wrapper$function$;
 ALTER FUNCTION querylayer.ctx_connection_id() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ctx_connection_id() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.ctx_envelope_route()
+ RETURNS jsonb
+ LANGUAGE c
+ STABLE PARALLEL RESTRICTED STRICT
+AS 'querylayer', $function$ctx_envelope_route_wrapper$function$;
+ALTER FUNCTION querylayer.ctx_envelope_route() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.ctx_envelope_route() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.ctx_harness()
  RETURNS text
@@ -1146,6 +1254,7 @@ CREATE OR REPLACE FUNCTION querylayer.current_model()
  RETURNS querylayer.semantic_models
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.semantic_models;
@@ -1165,6 +1274,7 @@ CREATE OR REPLACE FUNCTION querylayer.current_plan(p_turn_id uuid)
  RETURNS querylayer.task_plans
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.task_plans;
@@ -1180,6 +1290,7 @@ CREATE OR REPLACE FUNCTION querylayer.current_rights()
  RETURNS querylayer.rights_documents
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.rights_documents;
@@ -1195,6 +1306,7 @@ CREATE OR REPLACE FUNCTION querylayer.decision_executable(p_decision uuid)
  RETURNS boolean
  LANGUAGE sql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT coalesce((
         SELECT d.decision = 'approved'
@@ -1212,6 +1324,7 @@ REVOKE ALL ON FUNCTION querylayer.decision_executable(uuid) FROM PUBLIC, queryla
 CREATE OR REPLACE FUNCTION querylayer.decision_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_roles text[];
@@ -1247,10 +1360,19 @@ AS 'querylayer', $function$demo_documents_wrapper$function$;
 ALTER FUNCTION querylayer.demo_documents() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.demo_documents() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.did_binding_message(did text, site text, challenge text)
+ RETURNS text
+ LANGUAGE c
+ IMMUTABLE PARALLEL SAFE STRICT
+AS 'querylayer', $function$did_binding_message_wrapper$function$;
+ALTER FUNCTION querylayer.did_binding_message(text,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.did_binding_message(text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.did_key_in_use(did text)
  RETURNS boolean
  LANGUAGE c
  STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS 'querylayer', $function$did_key_in_use_wrapper$function$;
 ALTER FUNCTION querylayer.did_key_in_use(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.did_key_in_use(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -1259,6 +1381,7 @@ CREATE OR REPLACE FUNCTION querylayer.did_key_organizations(did text)
  RETURNS uuid[]
  LANGUAGE c
  STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS 'querylayer', $function$did_key_organizations_wrapper$function$;
 ALTER FUNCTION querylayer.did_key_organizations(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.did_key_organizations(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -1271,6 +1394,14 @@ AS 'querylayer', $function$did_key_sha256_wrapper$function$;
 ALTER FUNCTION querylayer.did_key_sha256(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.did_key_sha256(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.did_key_signature_valid(did text, message text, signature text)
+ RETURNS boolean
+ LANGUAGE c
+ IMMUTABLE PARALLEL SAFE STRICT
+AS 'querylayer', $function$did_key_signature_valid_wrapper$function$;
+ALTER FUNCTION querylayer.did_key_signature_valid(text,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.did_key_signature_valid(text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.did_key_valid(did text)
  RETURNS boolean
  LANGUAGE c
@@ -1279,9 +1410,19 @@ AS 'querylayer', $function$did_key_valid_wrapper$function$;
 ALTER FUNCTION querylayer.did_key_valid(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.did_key_valid(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.end_credential_sessions(credential uuid)
+ RETURNS integer
+ LANGUAGE c
+ STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$end_credential_sessions_wrapper$function$;
+ALTER FUNCTION querylayer.end_credential_sessions(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.end_credential_sessions(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.ensure_ledger_form(p_table text, p_form smallint, p_fields text[])
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_fields text[];
@@ -1312,6 +1453,7 @@ CREATE OR REPLACE FUNCTION querylayer.envelope_settings()
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -1329,6 +1471,7 @@ CREATE OR REPLACE FUNCTION querylayer.execute_decision(decision uuid)
  RETURNS jsonb
  LANGUAGE c
  STRICT
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS 'querylayer', $function$execute_decision_wrapper$function$;
 ALTER FUNCTION querylayer.execute_decision(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.execute_decision(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -1337,6 +1480,7 @@ CREATE OR REPLACE FUNCTION querylayer.executes_on_approval(p_type text)
  RETURNS boolean
  LANGUAGE sql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT p_type IN ('publish_lifecycle', 'content_lifecycle', 'topical_map')
 $function$;
@@ -1346,6 +1490,7 @@ REVOKE ALL ON FUNCTION querylayer.executes_on_approval(text) FROM PUBLIC, queryl
 CREATE OR REPLACE FUNCTION querylayer.execution_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF querylayer.restoring() THEN
@@ -1363,13 +1508,14 @@ REVOKE ALL ON FUNCTION querylayer.execution_guard() FROM PUBLIC, querylayer_admi
 CREATE OR REPLACE FUNCTION querylayer.fail_plan(p_plan_id uuid, p_reason text)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     UPDATE querylayer.task_steps SET state = 'cancelled', failure_reason = coalesce(failure_reason, 'the plan failed: ' || p_reason)
      WHERE plan_id = p_plan_id AND state IN ('pending', 'running', 'awaiting_approval');
     UPDATE querylayer.task_plans SET state = 'failed', ended_at = now(), failure_reason = p_reason
      WHERE id = p_plan_id AND state = 'active';
-    PERFORM querylayer.audit('plan.fail', p_plan_id::text, jsonb_build_object('reason', p_reason));
+    PERFORM querylayer.audit('plan.fail'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
 END
 $function$;
 ALTER FUNCTION querylayer.fail_plan(uuid,text) OWNER TO querylayer_owner;
@@ -1378,6 +1524,7 @@ REVOKE ALL ON FUNCTION querylayer.fail_plan(uuid,text) FROM PUBLIC, querylayer_a
 CREATE OR REPLACE FUNCTION querylayer.forbid_change()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RAISE EXCEPTION '%.% is append-only: % is refused', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP
@@ -1391,13 +1538,14 @@ REVOKE ALL ON FUNCTION querylayer.forbid_change() FROM PUBLIC, querylayer_admin,
 CREATE OR REPLACE FUNCTION querylayer.form_screening_events_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         RAISE EXCEPTION 'form screening events are never edited' USING ERRCODE = 'QL423';
     END IF;
     IF NOT querylayer.ctx_is_operator() OR OLD.decision <> 'rejected'
-       OR OLD.occurred_at >= now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days')) THEN
+       OR OLD.occurred_at >= now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text)) THEN
         RAISE EXCEPTION 'form screening events leave only through the retention purge' USING ERRCODE = 'QL423';
     END IF;
     RETURN OLD;
@@ -1409,6 +1557,7 @@ REVOKE ALL ON FUNCTION querylayer.form_screening_events_guard() FROM PUBLIC, que
 CREATE OR REPLACE FUNCTION querylayer.insert_form_screening(p_site_id uuid, p_events jsonb)
  RETURNS integer
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     e jsonb;
@@ -1443,6 +1592,7 @@ CREATE OR REPLACE FUNCTION querylayer.installed_version()
  RETURNS text
  LANGUAGE sql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'querylayer'
 $function$;
@@ -1452,6 +1602,7 @@ REVOKE ALL ON FUNCTION querylayer.installed_version() FROM PUBLIC, querylayer_ad
 CREATE OR REPLACE FUNCTION querylayer.isolate_by_organization(p_table regclass, p_column name DEFAULT 'organization_id'::name)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', p_table);
@@ -1468,6 +1619,7 @@ REVOKE ALL ON FUNCTION querylayer.isolate_by_organization(regclass,name) FROM PU
 CREATE OR REPLACE FUNCTION querylayer.isolate_by_site(p_table regclass)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', p_table);
@@ -1480,9 +1632,10 @@ $function$;
 ALTER FUNCTION querylayer.isolate_by_site(regclass) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.isolate_by_site(regclass) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-CREATE OR REPLACE FUNCTION querylayer.issue_connection(p_site_id uuid, p_agent_id uuid, p_name text, p_scopes text[], p_expires_at timestamp with time zone, p_harness text, p_created_by text, p_did text DEFAULT NULL::text, p_secret boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION querylayer.issue_connection(p_site_id uuid, p_agent_id uuid, p_name text, p_scopes text[], p_expires_at timestamp with time zone, p_harness text, p_created_by text, p_did text DEFAULT NULL::text, p_secret boolean DEFAULT true, p_did_proof jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_site querylayer.sites;
@@ -1500,13 +1653,16 @@ BEGIN
         RAISE EXCEPTION 'did:key % is bound to a live connection', p_did USING ERRCODE = 'QL409',
             HINT = 'revoke that connection first, or bind another key';
     END IF;
+    IF p_did IS NOT NULL THEN
+        PERFORM querylayer.check_did_proof(p_site_id, p_did, p_did_proof);
+    END IF;
     IF EXISTS (SELECT 1 FROM querylayer.connections
                 WHERE site_id = p_site_id AND name = p_name AND revoked_at IS NULL) THEN
         RAISE EXCEPTION 'a live connection named % already exists on this site', quote_literal(p_name)
             USING ERRCODE = 'QL409', HINT = 'revoke it first or choose another name';
     END IF;
     IF coalesce(p_secret, true) THEN
-        SELECT * INTO v_new FROM querylayer.new_secret('qlc');
+        SELECT * INTO v_new FROM querylayer.new_secret('qlc'::text);
     ELSE
         SELECT NULL::text AS secret, NULL::bytea AS fingerprint, '(did:key only)'::text AS prefix INTO v_new;
     END IF;
@@ -1523,7 +1679,7 @@ BEGIN
         INSERT INTO querylayer.did_bindings (connection_id, did, did_sha256, site_id, organization_id)
         VALUES (v_conn.id, p_did, querylayer.did_key_sha256(p_did), v_conn.site_id, v_conn.organization_id);
     END IF;
-    PERFORM querylayer.audit('connection.create', v_conn.id::text,
+    PERFORM querylayer.audit('connection.create'::text, v_conn.id::text,
         jsonb_build_object('name', v_conn.name, 'agent_id', v_conn.agent_id, 'scopes', v_conn.scopes,
                            'expires_at', v_conn.expires_at, 'harness', v_conn.harness, 'did', v_conn.did));
     RETURN jsonb_build_object(
@@ -1539,12 +1695,46 @@ BEGIN
         'expires_at', v_conn.expires_at);
 END
 $function$;
-ALTER FUNCTION querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+ALTER FUNCTION querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.issue_did_challenge(p_site_id uuid, p_did text, p_issued_by text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_challenge text := 'qlch_' || replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '');
+    v_site      querylayer.sites;
+    v_expires   timestamptz := clock_timestamp() + interval '5 minutes';
+BEGIN
+    IF p_did IS NULL OR NOT querylayer.did_key_valid(p_did) THEN
+        RAISE EXCEPTION 'did: % is not an Ed25519 did:key (did:key:z6Mk…)', coalesce(quote_literal(left(p_did, 100)), 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
+    -- Challenges are working state, not history: expired and used ones go.
+    DELETE FROM querylayer.did_challenges
+     WHERE site_id = p_site_id AND (expires_at < clock_timestamp() OR used_at IS NOT NULL);
+    IF (SELECT count(*) FROM querylayer.did_challenges WHERE site_id = p_site_id) >= 100 THEN
+        RAISE EXCEPTION 'this site has 100 open did:key challenges; wait for them to expire (5 minutes)'
+            USING ERRCODE = 'QL409';
+    END IF;
+    INSERT INTO querylayer.did_challenges (challenge, site_id, did, expires_at, issued_by)
+    VALUES (v_challenge, p_site_id, p_did, v_expires, p_issued_by);
+    RETURN jsonb_build_object(
+        'challenge', v_challenge, 'did', p_did, 'site', v_site.slug, 'expires_at', v_expires,
+        'message', querylayer.did_binding_message(p_did, v_site.slug, v_challenge),
+        'sign_with', format('querylayer envelope prove --site %s --challenge %s --key-file <the key>', v_site.slug, v_challenge));
+END
+$function$;
+ALTER FUNCTION querylayer.issue_did_challenge(uuid,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.issue_did_challenge(uuid,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.issue_member_token(p_site_id uuid, p_member_id uuid, p_name text, p_expires_at timestamp with time zone, p_created_by text)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_site  querylayer.sites;
@@ -1555,14 +1745,14 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM querylayer.site_members WHERE site_id = p_site_id AND member_id = p_member_id) THEN
         RAISE EXCEPTION 'the member has no role on this site' USING ERRCODE = 'QL403';
     END IF;
-    SELECT * INTO v_new FROM querylayer.new_secret('qlm');
+    SELECT * INTO v_new FROM querylayer.new_secret('qlm'::text);
     INSERT INTO querylayer.member_tokens (site_id, organization_id, member_id, name, prefix, expires_at, created_by)
     VALUES (p_site_id, v_site.organization_id, p_member_id, p_name, v_new.prefix,
             querylayer.check_expiry(p_expires_at), p_created_by)
     RETURNING * INTO v_token;
     INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
     VALUES (v_new.fingerprint, 'member_token', v_token.id, v_token.site_id, v_token.organization_id);
-    PERFORM querylayer.audit('member_token.create', v_token.id::text,
+    PERFORM querylayer.audit('member_token.create'::text, v_token.id::text,
         jsonb_build_object('name', v_token.name, 'member_id', v_token.member_id, 'expires_at', v_token.expires_at));
     RETURN jsonb_build_object(
         'member_token_id', v_token.id,
@@ -1589,6 +1779,7 @@ CREATE OR REPLACE FUNCTION querylayer.ledger_chain_columns()
  RETURNS text[]
  LANGUAGE sql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT ARRAY['chain_seq', 'content_sha256', 'ledger_form', 'prev_sha256', 'record_sha256']
 $function$;
@@ -1599,6 +1790,7 @@ CREATE OR REPLACE FUNCTION querylayer.ledger_content(p_row jsonb, p_fields text[
  RETURNS bytea
  LANGUAGE plpgsql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN pg_catalog.sha256(pg_catalog.convert_to(
@@ -1613,6 +1805,7 @@ CREATE OR REPLACE FUNCTION querylayer.ledger_genesis(p_site uuid)
  RETURNS bytea
  LANGUAGE sql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT pg_catalog.sha256(pg_catalog.convert_to('querylayer-ledger-genesis:' || p_site::text, 'UTF8'))
 $function$;
@@ -1623,6 +1816,7 @@ CREATE OR REPLACE FUNCTION querylayer.lifecycle_items(p_type text, p_payload jso
  RETURNS SETOF querylayer.proposal_items
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_item   jsonb;
@@ -1729,6 +1923,7 @@ CREATE OR REPLACE FUNCTION querylayer.list_proposals(p_state text, p_limit integ
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     PERFORM querylayer.proposal_state_filter(p_state);
@@ -1749,6 +1944,7 @@ REVOKE ALL ON FUNCTION querylayer.list_proposals(text,integer) FROM PUBLIC, quer
 CREATE OR REPLACE FUNCTION querylayer.make_append_only(p_table regclass)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     EXECUTE format('CREATE TRIGGER append_only_row BEFORE UPDATE OR DELETE ON %s
@@ -1765,6 +1961,7 @@ REVOKE ALL ON FUNCTION querylayer.make_append_only(regclass) FROM PUBLIC, queryl
 CREATE OR REPLACE FUNCTION querylayer.make_attributed(p_table regclass)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     EXECUTE format('ALTER TABLE %s
@@ -1787,6 +1984,7 @@ REVOKE ALL ON FUNCTION querylayer.make_attributed(regclass) FROM PUBLIC, queryla
 CREATE OR REPLACE FUNCTION querylayer.make_chained(p_table regclass)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     EXECUTE format('ALTER TABLE %s
@@ -1815,6 +2013,7 @@ CREATE OR REPLACE FUNCTION querylayer.member_by_handle(p_organization_id uuid, p
  RETURNS querylayer.members
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.members;
@@ -1833,6 +2032,7 @@ CREATE OR REPLACE FUNCTION querylayer.missing_outputs(p_run querylayer.runs)
  RETURNS text[]
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -1896,6 +2096,7 @@ CREATE OR REPLACE FUNCTION querylayer.newest_ledger_form(p_table text)
  RETURNS querylayer.ledger_forms
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.ledger_forms;
@@ -1915,6 +2116,7 @@ CREATE OR REPLACE FUNCTION querylayer.newest_template(p_site_id uuid, p_name tex
  RETURNS querylayer.templates
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.templates;
@@ -1933,6 +2135,7 @@ REVOKE ALL ON FUNCTION querylayer.newest_template(uuid,text) FROM PUBLIC, queryl
 CREATE OR REPLACE FUNCTION querylayer.next_step(p_plan_id uuid, p_session_id text)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_plan    querylayer.task_plans;
@@ -1998,6 +2201,7 @@ CREATE OR REPLACE FUNCTION querylayer.normalize_scopes(p_scopes text[])
  RETURNS text[]
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_unknown text[];
@@ -2023,6 +2227,7 @@ CREATE OR REPLACE FUNCTION querylayer.organization_by_slug(p_slug text)
  RETURNS querylayer.organizations
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.organizations;
@@ -2057,6 +2262,7 @@ CREATE OR REPLACE FUNCTION querylayer.package_json(p_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -2078,6 +2284,7 @@ CREATE OR REPLACE FUNCTION querylayer.payload_uuid(p jsonb, p_path text)
  RETURNS uuid
  LANGUAGE plpgsql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF jsonb_typeof(p) IS DISTINCT FROM 'string' OR (p#>>'{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
@@ -2093,6 +2300,7 @@ CREATE OR REPLACE FUNCTION querylayer.plan_json(p_plan_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -2112,10 +2320,38 @@ $function$;
 ALTER FUNCTION querylayer.plan_json(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.plan_json(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.prepare_answer(p_question text, p_purpose text, p_dialect text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_model  querylayer.semantic_models;
+    v_rights querylayer.rights_documents;
+    v_nav    jsonb;
+    v_id     uuid;
+BEGIN
+    IF p_question IS NULL OR length(p_question) > 4000 THEN
+        RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
+    END IF;
+    v_model := querylayer.current_model();
+    v_rights := querylayer.current_rights();
+    v_nav := querylayer.navigate(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
+                                 p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp()));
+    INSERT INTO querylayer.answer_drafts (site_id, connection_id, purpose, navigation, model_id, rights_id)
+    VALUES (querylayer.ctx_site_id(), querylayer.ctx_connection_id(), p_purpose, v_nav, v_model.id, v_rights.id)
+    RETURNING id INTO v_id;
+    RETURN jsonb_build_object('draft_id', v_id, 'prompt', v_nav->>'prompt', 'plans', jsonb_array_length(v_nav->'plans'));
+END
+$function$;
+ALTER FUNCTION querylayer.prepare_answer(text,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.prepare_answer(text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.proposal_json(p_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -2150,6 +2386,7 @@ CREATE OR REPLACE FUNCTION querylayer.proposal_state_filter(p_state text)
  RETURNS text
  LANGUAGE plpgsql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF p_state IS NOT NULL AND p_state NOT IN ('pending', 'approved', 'applied', 'failed', 'rejected') THEN
@@ -2165,13 +2402,14 @@ REVOKE ALL ON FUNCTION querylayer.proposal_state_filter(text) FROM PUBLIC, query
 CREATE OR REPLACE FUNCTION querylayer.propose(p_run_id uuid, p_type text, p_payload jsonb, p_summary text)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_type    querylayer.proposal_types;
     v_payload jsonb;
     v_id      uuid;
 BEGIN
-    PERFORM querylayer.require_connection(NULL);
+    PERFORM querylayer.require_connection(NULL::text);
     SELECT * INTO v_type FROM querylayer.proposal_types WHERE type = p_type;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'type must be one of %; got %',
@@ -2196,7 +2434,7 @@ BEGIN
                i.archived_at_snapshot
           FROM querylayer.lifecycle_items(p_type, v_payload) i;
     END IF;
-    PERFORM querylayer.audit('proposal.create', v_id::text, jsonb_build_object('type', p_type, 'run_id', p_run_id));
+    PERFORM querylayer.audit('proposal.create'::text, v_id::text, jsonb_build_object('type', p_type, 'run_id', p_run_id));
     RETURN querylayer.proposal_json(v_id);
 END
 $function$;
@@ -2206,6 +2444,7 @@ REVOKE ALL ON FUNCTION querylayer.propose(uuid,text,jsonb,text) FROM PUBLIC, que
 CREATE OR REPLACE FUNCTION querylayer.record_envelope_receipt(p jsonb)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     INSERT INTO querylayer.envelope_receipts (site_id, connection_id, allowed, path, method, profile, sender, error, checks)
@@ -2220,6 +2459,7 @@ REVOKE ALL ON FUNCTION querylayer.record_envelope_receipt(jsonb) FROM PUBLIC, qu
 CREATE OR REPLACE FUNCTION querylayer.record_event(p_event_text text, p_attestation jsonb, p_answer_id uuid, p_story_agent text, p_key_id uuid)
  RETURNS uuid
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_id uuid;
@@ -2239,6 +2479,7 @@ REVOKE ALL ON FUNCTION querylayer.record_event(text,jsonb,uuid,text,uuid) FROM P
 CREATE OR REPLACE FUNCTION querylayer.record_receipts(p_receipts jsonb, p_for text, p_purpose text, p_answer_id uuid, p_rights_id uuid)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     INSERT INTO querylayer.access_receipts (site_id, principal, resource, action, purpose, allowed, reason, policy_id, issued_at,
@@ -2254,6 +2495,7 @@ REVOKE ALL ON FUNCTION querylayer.record_receipts(jsonb,text,text,uuid,uuid) FRO
 CREATE OR REPLACE FUNCTION querylayer.refuse_owner_ddl()
  RETURNS event_trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF pg_catalog.pg_has_role(current_user, 'querylayer_owner', 'USAGE')
@@ -2269,12 +2511,22 @@ CREATE OR REPLACE FUNCTION querylayer.require_connection(p_scope text DEFAULT NU
  RETURNS void
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_route jsonb;
 BEGIN
     IF querylayer.ctx_kind() IS DISTINCT FROM 'connection' THEN
         RAISE EXCEPTION 'no authenticated connection in this transaction'
             USING ERRCODE = 'QL401',
                   HINT = 'call querylayer_api.authenticate(fingerprint) first, in the same transaction';
+    END IF;
+    v_route := querylayer.ctx_envelope_route();
+    IF v_route IS NOT NULL THEN
+        RAISE EXCEPTION 'this transaction acts through an envelope signed for % %; nothing else runs under it',
+            v_route->>'method', v_route->>'path'
+            USING ERRCODE = 'QL403',
+                  HINT = 'an envelope authorizes the one request it signs; send each request with its own envelope';
     END IF;
     IF p_scope IS NOT NULL AND NOT (p_scope = ANY (querylayer.ctx_scopes())) THEN
         RAISE EXCEPTION 'this connection does not hold the scope %', p_scope
@@ -2286,10 +2538,44 @@ $function$;
 ALTER FUNCTION querylayer.require_connection(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.require_connection(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.require_connection_for(p_function text, p_scope text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_route jsonb;
+BEGIN
+    IF querylayer.ctx_kind() IS DISTINCT FROM 'connection' THEN
+        RAISE EXCEPTION 'no authenticated connection in this transaction'
+            USING ERRCODE = 'QL401',
+                  HINT = 'call querylayer_api.authenticate(fingerprint) first, in the same transaction';
+    END IF;
+    v_route := querylayer.ctx_envelope_route();
+    IF v_route IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM querylayer.envelope_routes r
+         WHERE r.method = v_route->>'method' AND r.path = v_route->>'path' AND r.function_name = p_function) THEN
+        RAISE EXCEPTION 'this transaction acts through an envelope signed for % %; % does not serve that route',
+            v_route->>'method', v_route->>'path', p_function
+            USING ERRCODE = 'QL403',
+                  HINT = 'an envelope authorizes the one request it signs; send each request with its own envelope';
+    END IF;
+    IF p_scope IS NOT NULL AND NOT (p_scope = ANY (querylayer.ctx_scopes())) THEN
+        RAISE EXCEPTION 'this connection does not hold the scope %', p_scope
+            USING ERRCODE = 'QL403',
+                  HINT = 'an operator can grant the scope to the agent on this site and issue a connection that carries it';
+    END IF;
+END
+$function$;
+ALTER FUNCTION querylayer.require_connection_for(text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.require_connection_for(text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.require_member(p_roles text[] DEFAULT NULL::text[])
  RETURNS void
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF querylayer.ctx_kind() IS DISTINCT FROM 'member' THEN
@@ -2311,6 +2597,7 @@ CREATE OR REPLACE FUNCTION querylayer.require_operator()
  RETURNS void
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF NOT querylayer.ctx_is_operator() THEN
@@ -2325,6 +2612,7 @@ CREATE OR REPLACE FUNCTION querylayer.require_principal(p_scope text)
  RETURNS void
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF querylayer.ctx_kind() = 'member' THEN
@@ -2340,10 +2628,21 @@ CREATE OR REPLACE FUNCTION querylayer.resolve_connection(p_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    r record;
+    r         record;
+    v_revoked timestamptz;
+    v_expires timestamptz;
 BEGIN
+    SELECT c.revoked_at, c.expires_at INTO v_revoked, v_expires FROM querylayer.connections c WHERE c.id = p_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
+    ELSIF v_revoked IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
+    ELSIF v_expires <= clock_timestamp() THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
+    END IF;
     SELECT c.*, s.slug AS site_slug, o.slug AS organization_slug, a.handle AS agent_handle,
            a.kind AS agent_kind, a.profile_id, a.profile_name
       INTO r
@@ -2352,13 +2651,6 @@ BEGIN
       JOIN querylayer.organizations o ON o.id = c.organization_id
       JOIN querylayer.agents a ON a.id = c.agent_id
      WHERE c.id = p_id;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
-    ELSIF r.revoked_at IS NOT NULL THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= now() THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
-    END IF;
     RETURN jsonb_build_object(
         'ok', true,
         'organization_id', r.organization_id, 'organization', r.organization_slug,
@@ -2383,10 +2675,21 @@ CREATE OR REPLACE FUNCTION querylayer.resolve_member_token(p_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    r record;
+    r         record;
+    v_revoked timestamptz;
+    v_expires timestamptz;
 BEGIN
+    SELECT t.revoked_at, t.expires_at INTO v_revoked, v_expires FROM querylayer.member_tokens t WHERE t.id = p_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
+    ELSIF v_revoked IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
+    ELSIF v_expires <= clock_timestamp() THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
+    END IF;
     SELECT t.*, s.slug AS site_slug, o.slug AS organization_slug, m.handle AS member_handle,
            sm.role
       INTO r
@@ -2396,13 +2699,7 @@ BEGIN
       JOIN querylayer.members m ON m.id = t.member_id
       LEFT JOIN querylayer.site_members sm ON sm.site_id = t.site_id AND sm.member_id = t.member_id
      WHERE t.id = p_id;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
-    ELSIF r.revoked_at IS NOT NULL THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= now() THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
-    ELSIF r.role IS NULL THEN
+    IF r.role IS NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'no_site_role');
     END IF;
     RETURN jsonb_build_object(
@@ -2420,6 +2717,7 @@ REVOKE ALL ON FUNCTION querylayer.resolve_member_token(uuid) FROM PUBLIC, queryl
 CREATE OR REPLACE FUNCTION querylayer.restore_server_key()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_key  querylayer.server_keys;
@@ -2454,6 +2752,7 @@ REVOKE ALL ON FUNCTION querylayer.restore_server_key() FROM PUBLIC, querylayer_a
 CREATE OR REPLACE FUNCTION querylayer.restore_setting()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF querylayer.restoring() THEN
@@ -2469,6 +2768,7 @@ CREATE OR REPLACE FUNCTION querylayer.restoring()
  RETURNS boolean
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF pg_catalog.current_setting('session_replication_role') <> 'replica' THEN
@@ -2483,6 +2783,7 @@ REVOKE ALL ON FUNCTION querylayer.restoring() FROM PUBLIC, querylayer_admin, que
 CREATE OR REPLACE FUNCTION querylayer.revoke_credential(p_table regclass, p_id uuid, p_reason text)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_row jsonb;
@@ -2501,6 +2802,9 @@ BEGIN
     PERFORM querylayer.audit(CASE p_table WHEN 'querylayer.connections'::regclass THEN 'connection.revoke'
                                           ELSE 'member_token.revoke' END,
                              p_id::text, jsonb_build_object('reason', p_reason));
+    -- No backend goes on acting with it: those holding its context end now, and one that is
+    -- authenticating waits for this revocation to commit, then sees it.
+    PERFORM querylayer.end_credential_sessions(p_id);
     RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', false);
 END
 $function$;
@@ -2519,6 +2823,7 @@ CREATE OR REPLACE FUNCTION querylayer.rights_or_empty(p querylayer.rights_docume
  RETURNS jsonb
  LANGUAGE sql
  IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT coalesce(p.document, '{}'::jsonb)
 $function$;
@@ -2537,6 +2842,7 @@ CREATE OR REPLACE FUNCTION querylayer.run_json(p_run querylayer.runs)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -2562,6 +2868,7 @@ REVOKE ALL ON FUNCTION querylayer.run_json(querylayer.runs) FROM PUBLIC, queryla
 CREATE OR REPLACE FUNCTION querylayer.run_records_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_run     querylayer.runs;
@@ -2626,6 +2933,7 @@ REVOKE ALL ON FUNCTION querylayer.run_story(jsonb,bytea,text) FROM PUBLIC, query
 CREATE OR REPLACE FUNCTION querylayer.schedule_evidence_job(p_evidence_id uuid, p_site_id uuid, p_due_at timestamp with time zone)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     INSERT INTO querylayer.evidence_jobs (site_id, evidence_id, due_at) VALUES (p_site_id, p_evidence_id, p_due_at)
@@ -2638,6 +2946,7 @@ REVOKE ALL ON FUNCTION querylayer.schedule_evidence_job(uuid,uuid,timestamp with
 CREATE OR REPLACE FUNCTION querylayer.seed_demo_semantics(p_site_id uuid)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_docs jsonb := querylayer.demo_documents();
@@ -2647,14 +2956,14 @@ BEGIN
     PERFORM querylayer.enter_operator(p_site_id);
     SELECT organization_id INTO v_org FROM querylayer.sites WHERE id = p_site_id;
     IF NOT EXISTS (SELECT 1 FROM querylayer.semantic_models WHERE site_id = p_site_id) THEN
-        PERFORM querylayer_api.import_semantic_model_as_operator('demo', v_docs->>'model');
-        PERFORM querylayer_api.import_rights('demo', v_docs->>'story_rights');
-        PERFORM querylayer_api.import_rights('demo', v_docs->>'rights');
+        PERFORM querylayer_api.import_semantic_model_as_operator('demo'::text, v_docs->>'model');
+        PERFORM querylayer_api.import_rights('demo'::text, v_docs->>'story_rights');
+        PERFORM querylayer_api.import_rights('demo'::text, v_docs->>'rights');
     END IF;
     FOR s IN SELECT * FROM jsonb_array_elements(querylayer.story_roster()->'specialists') LOOP
         IF NOT EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_org AND principal = s->>'principal') THEN
-            PERFORM querylayer_api.create_agent('demo', lower(regexp_replace(s->>'name', '([a-z])([A-Z])', '\1-\2', 'g')),
-                                                'generic', NULL, NULL, s->>'principal');
+            PERFORM querylayer_api.create_agent('demo'::text, lower(regexp_replace(s->>'name', '([a-z])([A-Z])', '\1-\2', 'g')),
+                                                'generic'::text, NULL::text, NULL::text, s->>'principal');
         END IF;
     END LOOP;
 END
@@ -2666,6 +2975,7 @@ CREATE OR REPLACE FUNCTION querylayer.server_key()
  RETURNS querylayer.server_keys
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.server_keys;
@@ -2681,6 +2991,7 @@ CREATE OR REPLACE FUNCTION querylayer.setting_int(p_key text)
  RETURNS integer
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -2693,6 +3004,7 @@ REVOKE ALL ON FUNCTION querylayer.setting_int(text) FROM PUBLIC, querylayer_admi
 CREATE OR REPLACE FUNCTION querylayer.settle_awaiting_steps(p_plan_id uuid)
  RETURNS void
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     s       querylayer.task_steps;
@@ -2717,6 +3029,7 @@ REVOKE ALL ON FUNCTION querylayer.settle_awaiting_steps(uuid) FROM PUBLIC, query
 CREATE OR REPLACE FUNCTION querylayer.sign_and_record(p_nav jsonb, p_llm_text text, p_llm_name text, p_model querylayer.semantic_models, p_rights_id uuid, p_purpose text)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_key       querylayer.server_keys := querylayer.server_key();
@@ -2735,9 +3048,9 @@ BEGIN
             v_signed->>'question', v_signed->>'answer', v_signed->>'synthesized_by', p_model.id, p_rights_id,
             v_signed->'plans', v_signed->'denied_sources', v_signed->'envelope', v_key.id)
     RETURNING id INTO v_answer;
-    PERFORM querylayer.record_receipts(v_signed->'receipts', 'answer', p_purpose, v_answer, p_rights_id);
-    v_event := querylayer.record_event(v_signed->>'openlineage_text', v_signed->'attestation', v_answer, NULL, v_key.id);
-    PERFORM querylayer.audit('semantics.answer', v_answer::text,
+    PERFORM querylayer.record_receipts(v_signed->'receipts', 'answer'::text, p_purpose, v_answer, p_rights_id);
+    v_event := querylayer.record_event(v_signed->>'openlineage_text', v_signed->'attestation', v_answer, NULL::text, v_key.id);
+    PERFORM querylayer.audit('semantics.answer'::text, v_answer::text,
         jsonb_build_object('denied', jsonb_array_length(v_signed->'denied_sources'), 'synthesized_by', v_signed->>'synthesized_by'));
     RETURN (v_signed - 'prompt') || jsonb_build_object('answer_id', v_answer, 'lineage_event_id', v_event,
                                                        'server_did', v_key.did_key, 'model_version', p_model.version);
@@ -2754,10 +3067,63 @@ AS 'querylayer', $function$sign_answer_wrapper$function$;
 ALTER FUNCTION querylayer.sign_answer(jsonb,text,text,text,text,text,bytea,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.sign_answer(jsonb,text,text,text,text,text,bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.signed_answer_request(p_body text)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_body    jsonb;
+    v_unknown text;
+BEGIN
+    IF p_body IS NULL OR querylayer.signed_body_sha256() IS DISTINCT FROM encode(sha256(convert_to(p_body, 'UTF8')), 'hex') THEN
+        RAISE EXCEPTION 'body: not the body the envelope of this request signed' USING ERRCODE = 'QL403',
+            HINT = 'run this only under the envelope of a POST /v1/answer request, with that request''s exact body';
+    END IF;
+    BEGIN
+        v_body := p_body::jsonb;
+    EXCEPTION WHEN OTHERS THEN
+        RAISE EXCEPTION 'body: not JSON' USING ERRCODE = '22023';
+    END;
+    IF jsonb_typeof(v_body) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'body: a JSON object {"question", "purpose"?, "dialect"?} is required' USING ERRCODE = '22023';
+    END IF;
+    SELECT k INTO v_unknown FROM jsonb_object_keys(v_body) k WHERE k NOT IN ('question', 'purpose', 'dialect') LIMIT 1;
+    IF v_unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'body: unknown field %', quote_literal(left(v_unknown, 100)) USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(v_body->'question') IS DISTINCT FROM 'string' THEN
+        RAISE EXCEPTION 'question: a string is required' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(v_body->'purpose') NOT IN ('string', 'null') THEN
+        RAISE EXCEPTION 'purpose: a string is required' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(v_body->'dialect') NOT IN ('string', 'null') THEN
+        RAISE EXCEPTION 'dialect: a string is required' USING ERRCODE = '22023';
+    END IF;
+    RETURN ARRAY[v_body->>'question', v_body->>'purpose', v_body->>'dialect'];
+END
+$function$;
+ALTER FUNCTION querylayer.signed_answer_request(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.signed_answer_request(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.signed_body_sha256()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT querylayer.ctx_envelope_route()->>'body_sha256'
+$function$;
+ALTER FUNCTION querylayer.signed_body_sha256() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.signed_body_sha256() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.site_by_slug(p_slug text)
  RETURNS querylayer.sites
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v querylayer.sites;
@@ -2776,6 +3142,7 @@ CREATE OR REPLACE FUNCTION querylayer.site_of_credential(p_table regclass, p_id 
  RETURNS uuid
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_site uuid;
@@ -2797,6 +3164,7 @@ REVOKE ALL ON FUNCTION querylayer.site_of_credential(regclass,uuid) FROM PUBLIC,
 CREATE OR REPLACE FUNCTION querylayer.spend_nonce(p_sender text, p_nonce text, p_window_seconds bigint)
  RETURNS boolean
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     DELETE FROM querylayer.envelope_nonces WHERE expires_at < clock_timestamp();
@@ -2812,6 +3180,7 @@ REVOKE ALL ON FUNCTION querylayer.spend_nonce(text,text,bigint) FROM PUBLIC, que
 CREATE OR REPLACE FUNCTION querylayer.store_semantic_model(p_site_id uuid, p_document text, p_imported_by text, p_connection_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_parsed jsonb;
@@ -2832,7 +3201,7 @@ BEGIN
             v_parsed->>'name', v_parsed->'model', encode(sha256(convert_to(p_document, 'UTF8')), 'hex'),
             p_imported_by, p_connection_id)
     RETURNING * INTO v;
-    PERFORM querylayer.audit('semantics.import_model', v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
+    PERFORM querylayer.audit('semantics.import_model'::text, v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
     RETURN jsonb_build_object('model_id', v.id, 'name', v.name, 'version', v.version, 'source_sha256', v.source_sha256,
         'datasets', jsonb_array_length(v.document->'semantic_model'->'datasets'),
         'metrics', jsonb_array_length(v.document->'semantic_model'->'metrics'), 'imported_at', v.imported_at);
@@ -2852,6 +3221,7 @@ REVOKE ALL ON FUNCTION querylayer.story_roster() FROM PUBLIC, querylayer_admin, 
 CREATE OR REPLACE FUNCTION querylayer.task_plans_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF TG_OP = 'DELETE' THEN
@@ -2875,6 +3245,7 @@ REVOKE ALL ON FUNCTION querylayer.task_plans_guard() FROM PUBLIC, querylayer_adm
 CREATE OR REPLACE FUNCTION querylayer.task_steps_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF TG_OP = 'INSERT' THEN
@@ -2906,16 +3277,23 @@ REVOKE ALL ON FUNCTION querylayer.task_steps_guard() FROM PUBLIC, querylayer_adm
 CREATE OR REPLACE FUNCTION querylayer.topical_map_guard()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
         RETURN NEW;
     END IF;
-    IF querylayer.lifecycle_mark() IS NULL AND NOT querylayer.ctx_is_operator() THEN
-        RAISE EXCEPTION 'the topical map changes only through an approved topical_map proposal'
-            USING ERRCODE = 'QL423', HINT = 'propose the change; a member decides';
+    IF querylayer.lifecycle_mark() IS NOT NULL THEN
+        RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
     END IF;
-    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+    IF querylayer.ctx_is_operator() AND TG_OP = 'INSERT' AND TG_TABLE_NAME = 'topics' THEN
+        IF NEW.decision_id IS NOT NULL THEN
+            RAISE EXCEPTION 'an operator''s topic is not a decision''s' USING ERRCODE = 'QL423';
+        END IF;
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'the topical map changes only through an approved topical_map proposal'
+        USING ERRCODE = 'QL423', HINT = 'propose the change; a member decides (operators may only add topics)';
 END
 $function$;
 ALTER FUNCTION querylayer.topical_map_guard() OWNER TO querylayer_owner;
@@ -2925,6 +3303,7 @@ CREATE OR REPLACE FUNCTION querylayer.turn_json(p_turn_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -2944,6 +3323,7 @@ CREATE OR REPLACE FUNCTION querylayer.utc_text(p_t timestamp with time zone)
  RETURNS text
  LANGUAGE plpgsql
  STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
     RETURN (
@@ -2960,6 +3340,7 @@ CREATE OR REPLACE FUNCTION querylayer.verify_ledger_site(p_site uuid)
  SET "IntervalStyle" TO 'postgres'
  SET bytea_output TO 'hex'
  SET extra_float_digits TO '1'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_sql     text;
@@ -3013,13 +3394,13 @@ DECLARE
     v_site querylayer.sites;
     v_id   uuid;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     INSERT INTO querylayer.topics (site_id, slug, title, parent_id)
     VALUES (v_site.id, p_slug, p_title, (SELECT id FROM querylayer.topics WHERE site_id = v_site.id AND slug = p_parent))
     RETURNING id INTO v_id;
-    PERFORM querylayer.audit('topic.add', v_id::text, jsonb_build_object('slug', p_slug));
+    PERFORM querylayer.audit('topic.add'::text, v_id::text, jsonb_build_object('slug', p_slug));
     RETURN jsonb_build_object('topic_id', v_id, 'slug', p_slug);
 END
 $function$;
@@ -3033,26 +3414,34 @@ CREATE OR REPLACE FUNCTION querylayer_api.answer_question(p_question text, p_pur
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_model  querylayer.semantic_models;
-    v_rights querylayer.rights_documents;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
-    IF p_question IS NULL OR length(p_question) > 4000 THEN
-        RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
-    END IF;
-    v_model := querylayer.current_model();
-    v_rights := querylayer.current_rights();
-    RETURN querylayer.sign_and_record(
-        querylayer.navigate(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
-                            p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp())),
-        NULL, NULL, v_model, v_rights.id, p_purpose);
+    PERFORM querylayer.require_connection('content:read'::text);
+    RETURN querylayer.answer(p_question, p_purpose, p_dialect);
 END
 $function$;
 ALTER FUNCTION querylayer_api.answer_question(text,text,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.answer_question(text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.answer_question(text,text,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.answer_question(text,text,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.answer_signed_request(p_body text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v text[];
+BEGIN
+    PERFORM querylayer.require_connection_for('querylayer_api.answer_signed_request'::text, 'content:read'::text);
+    v := querylayer.signed_answer_request(p_body);
+    RETURN querylayer.answer(v[1], v[2], coalesce(v[3], 'SAIL_SQL'));
+END
+$function$;
+ALTER FUNCTION querylayer_api.answer_signed_request(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.answer_signed_request(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.answer_signed_request(text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.answer_signed_request(text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.authenticate(fingerprint bytea)
  RETURNS jsonb
@@ -3096,7 +3485,7 @@ AS $function$
 DECLARE
     v_run querylayer.runs;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     IF p_run_type IS NULL OR p_run_type !~ '^[a-z][a-z0-9_.:-]{0,79}$' THEN
         RAISE EXCEPTION 'run_type must be a stable identifier (lowercase, digits and _.:-, at most 80); got %',
             coalesce(quote_literal(p_run_type), 'NULL') USING ERRCODE = '22023';
@@ -3111,12 +3500,12 @@ BEGIN
                                  required_outputs, completion_conditions)
     VALUES (querylayer.ctx_site_id(), querylayer.ctx_organization_id(), querylayer.ctx_agent_id(),
             querylayer.ctx_connection_id(), querylayer.ctx_harness(), p_run_type, p_input,
-            querylayer.check_keys(p_required_outputs, 'required_outputs'),
+            querylayer.check_keys(p_required_outputs, 'required_outputs'::text),
             coalesce(p_completion_conditions, '{}'))
     RETURNING * INTO v_run;
     INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness)
     VALUES (v_run.site_id, v_run.id, 'started', v_run.agent_id, v_run.connection_id, v_run.harness);
-    PERFORM querylayer.audit('run.begin', v_run.id::text, jsonb_build_object('run_type', v_run.run_type));
+    PERFORM querylayer.audit('run.begin'::text, v_run.id::text, jsonb_build_object('run_type', v_run.run_type));
     RETURN querylayer.run_json(v_run);
 END
 $function$;
@@ -3132,14 +3521,16 @@ CREATE OR REPLACE FUNCTION querylayer_api.build_navigator_bundle(p_purpose text 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_model  querylayer.semantic_models := querylayer.current_model();
-    v_rights querylayer.rights_documents := querylayer.current_rights();
+    v_model  querylayer.semantic_models;
+    v_rights querylayer.rights_documents;
     v        jsonb;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
+    v_model := querylayer.current_model();
+    v_rights := querylayer.current_rights();
     v := querylayer.model_bundle(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
                                  p_purpose, querylayer.utc_text(clock_timestamp()));
-    PERFORM querylayer.record_receipts(v->'receipts', 'bundle', p_purpose, NULL, v_rights.id);
+    PERFORM querylayer.record_receipts(v->'receipts', 'bundle'::text, p_purpose, NULL::uuid, v_rights.id);
     RETURN v || jsonb_build_object('model_version', v_model.version);
 END
 $function$;
@@ -3155,16 +3546,17 @@ CREATE OR REPLACE FUNCTION querylayer_api.check_access(p_resource text, p_action
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_rights querylayer.rights_documents := querylayer.current_rights();
+    v_rights querylayer.rights_documents;
     v        jsonb;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
+    v_rights := querylayer.current_rights();
     IF p_resource IS NULL OR length(p_resource) NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION 'resource: 1 to 500 characters are required' USING ERRCODE = '22023';
     END IF;
     v := querylayer.rights_decide(querylayer.rights_or_empty(v_rights), querylayer.acting_principal(), p_resource,
                                   coalesce(p_action, 'read'), p_purpose, querylayer.utc_text(clock_timestamp()));
-    PERFORM querylayer.record_receipts(jsonb_build_array(v->'receipt'), 'check_access', p_purpose, NULL, v_rights.id);
+    PERFORM querylayer.record_receipts(jsonb_build_array(v->'receipt'), 'check_access'::text, p_purpose, NULL::uuid, v_rights.id);
     RETURN v;
 END
 $function$;
@@ -3186,7 +3578,7 @@ DECLARE
     v_problem text;
     v_closed  jsonb := '[]';
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     IF p_turn_id IS NOT NULL THEN
         v_turn := querylayer.claimed_turn(p_turn_id);
         v_plan := querylayer.current_plan(v_turn.id);
@@ -3216,14 +3608,14 @@ BEGIN
         END IF;
         UPDATE querylayer.console_turns SET state = 'failed', ended_at = now(), failure_reason = v_problem
          WHERE id = v_turn.id;
-        PERFORM querylayer.audit('turn.fail_closed', v_turn.id::text, jsonb_build_object('reason', v_problem));
+        PERFORM querylayer.audit('turn.fail_closed'::text, v_turn.id::text, jsonb_build_object('reason', v_problem));
         v_closed := v_closed || jsonb_build_object('turn_id', v_turn.id, 'reason', v_problem);
     END LOOP;
     UPDATE querylayer.console_turns
        SET state = 'claimed', claimed_connection_id = querylayer.ctx_connection_id(),
            claimed_session_id = v_conv.session_id, claimed_at = now()
      WHERE id = v_turn.id;
-    PERFORM querylayer.audit('turn.claim', v_turn.id::text, jsonb_build_object('session_id', v_conv.session_id));
+    PERFORM querylayer.audit('turn.claim'::text, v_turn.id::text, jsonb_build_object('session_id', v_conv.session_id));
     RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id), 'status', 'claimed', 'plan', NULL,
                               'closed', v_closed,
                               'hint', 'plan multi-step work with querylayer_create_task_plan, or complete the turn');
@@ -3244,7 +3636,7 @@ DECLARE
     v_draft querylayer.answer_drafts;
     v_model querylayer.semantic_models;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection_for('querylayer_api.complete_answer'::text, 'content:read'::text);
     SELECT * INTO v_draft FROM querylayer.answer_drafts WHERE id = p_draft_id FOR UPDATE;
     IF NOT FOUND OR v_draft.connection_id <> querylayer.ctx_connection_id() THEN
         RAISE EXCEPTION 'no answer draft % for this connection', p_draft_id USING ERRCODE = 'QL404';
@@ -3280,7 +3672,7 @@ DECLARE
     v_prop    jsonb;
     v_bad     uuid;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     v_turn := querylayer.claimed_turn(p_turn_id);
     IF p_summary IS NOT NULL AND length(p_summary) > 4000 THEN
         RAISE EXCEPTION 'summary: at most 4000 characters' USING ERRCODE = '22023';
@@ -3314,7 +3706,7 @@ BEGIN
         IF v_plan.id IS NOT NULL AND v_plan.state = 'active' THEN
             PERFORM querylayer.fail_plan(v_plan.id, 'the turn ended as ' || p_outcome);
         END IF;
-        PERFORM querylayer.audit('turn.complete', v_turn.id::text, jsonb_build_object('outcome', p_outcome));
+        PERFORM querylayer.audit('turn.complete'::text, v_turn.id::text, jsonb_build_object('outcome', p_outcome));
         RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id));
     END IF;
 
@@ -3337,7 +3729,7 @@ BEGIN
             UPDATE querylayer.task_steps SET state = 'pending', retry_count = retry_count + 1,
                    failure_reason = p_summary, run_id = coalesce(p_run_ids[1], run_id)
              WHERE id = v_step.id;
-            PERFORM querylayer.audit('step.retry', v_step.id::text, jsonb_build_object('retry', v_step.retry_count + 1));
+            PERFORM querylayer.audit('step.retry'::text, v_step.id::text, jsonb_build_object('retry', v_step.retry_count + 1));
         ELSE
             UPDATE querylayer.task_steps SET state = 'failed', failure_reason = coalesce(p_summary, 'failed'),
                    run_id = coalesce(p_run_ids[1], run_id)
@@ -3364,7 +3756,7 @@ BEGIN
              WHERE id = v_step.id;
         END IF;
     END IF;
-    PERFORM querylayer.audit('step.report', v_step.id::text, jsonb_build_object('outcome', p_outcome));
+    PERFORM querylayer.audit('step.report'::text, v_step.id::text, jsonb_build_object('outcome', p_outcome));
     RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id)) || querylayer.next_step(v_plan.id, p_session_id);
 END
 $function$;
@@ -3400,7 +3792,7 @@ BEGIN
     INSERT INTO querylayer.console_turns (site_id, conversation_id, request, created_by)
     VALUES (v_conv.site_id, v_conv.id, p_request, querylayer.ctx_member_id())
     RETURNING id INTO v_id;
-    PERFORM querylayer.audit('turn.create', v_id::text, jsonb_build_object('conversation_id', v_conv.id));
+    PERFORM querylayer.audit('turn.create'::text, v_id::text, jsonb_build_object('conversation_id', v_conv.id));
     RETURN querylayer.turn_json(v_id);
 END
 $function$;
@@ -3424,7 +3816,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no active plan % on this site', p_plan_id USING ERRCODE = 'QL404';
     END IF;
-    PERFORM querylayer.audit('plan.cancel', p_plan_id::text, jsonb_build_object('reason', p_reason));
+    PERFORM querylayer.audit('plan.cancel'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
     RETURN querylayer.plan_json(p_plan_id);
 END
 $function$;
@@ -3450,8 +3842,8 @@ BEGIN
         RAISE EXCEPTION 'no open evidence review % on this site', p_review_id USING ERRCODE = 'QL404';
     END IF;
     PERFORM querylayer.schedule_evidence_job(v.evidence_id, v.site_id,
-        now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days')));
-    PERFORM querylayer.audit('evidence.review_close', v.id::text, '{}');
+        now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days'::text)));
+    PERFORM querylayer.audit('evidence.review_close'::text, v.id::text, '{}'::jsonb);
     RETURN jsonb_build_object('review_id', v.id, 'state', v.state);
 END
 $function$;
@@ -3470,7 +3862,7 @@ DECLARE
     v_conv    querylayer.console_conversations;
     v_problem text;
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     SELECT * INTO v_conv FROM querylayer.console_conversations WHERE id = p_conversation_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no conversation % on this site', p_conversation_id USING ERRCODE = 'QL404';
@@ -3488,7 +3880,7 @@ REVOKE ALL ON FUNCTION querylayer_api.console_conversation_link(uuid) FROM PUBLI
 GRANT EXECUTE ON FUNCTION querylayer_api.console_conversation_link(uuid) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_conversation_link(uuid) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.console_create_connection(p_agent text, p_name text, p_scopes text[], p_expires_at timestamp with time zone, p_harness text DEFAULT 'generic'::text, p_did text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION querylayer_api.console_create_connection(p_agent text, p_name text, p_scopes text[], p_expires_at timestamp with time zone, p_harness text DEFAULT 'generic'::text, p_did text DEFAULT NULL::text, p_did_proof jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -3509,13 +3901,29 @@ BEGIN
             HINT = 'ask an operator to bind it (querylayer admin create-connection --did)';
     END IF;
     RETURN querylayer.issue_connection(querylayer.ctx_site_id(), v_agent.id, p_name, p_scopes, p_expires_at,
-                                       p_harness, 'member:' || querylayer.ctx_member_id(), p_did);
+                                       p_harness, 'member:' || querylayer.ctx_member_id(), p_did, true, p_did_proof);
 END
 $function$;
-ALTER FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text,jsonb) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text,jsonb) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_create_did_challenge(p_did text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    RETURN querylayer.issue_did_challenge(querylayer.ctx_site_id(), p_did, 'member:' || querylayer.ctx_member_id());
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_create_did_challenge(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_create_did_challenge(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_create_did_challenge(text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_create_did_challenge(text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.console_end_session(p_session_id text, p_reason text DEFAULT 'ended'::text)
  RETURNS jsonb
@@ -3530,7 +3938,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no open session % on this site', coalesce(quote_literal(p_session_id), 'NULL') USING ERRCODE = 'QL404';
     END IF;
-    PERFORM querylayer.audit('session.end', p_session_id, jsonb_build_object('reason', p_reason));
+    PERFORM querylayer.audit('session.end'::text, p_session_id, jsonb_build_object('reason', p_reason));
     RETURN jsonb_build_object('session_id', p_session_id, 'ended', true);
 END
 $function$;
@@ -3548,7 +3956,7 @@ AS $function$
 DECLARE
     v_turn jsonb := querylayer.turn_json(p_turn_id);
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     IF v_turn IS NULL THEN
         RAISE EXCEPTION 'no console turn % on this site', p_turn_id USING ERRCODE = 'QL404';
     END IF;
@@ -3603,7 +4011,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_list_conversations()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'conversation_id', c.id, 'title', c.title, 'session_id', c.session_id, 'profile_id', c.profile_id,
                 'agent', a.handle, 'profile_name', a.profile_name, 'created_at', c.created_at,
@@ -3626,7 +4034,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_list_evidence_reviews(p_state 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'review_id', r.id, 'reason', r.reason, 'state', r.state, 'opened_at', r.opened_at,
                 'evidence', jsonb_build_object('evidence_id', e.id, 'claim', e.claim, 'source_url', e.source_url,
@@ -3652,7 +4060,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_list_proposals(p_state text DE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     RETURN querylayer.list_proposals(p_state, p_limit);
 END
 $function$;
@@ -3694,7 +4102,7 @@ BEGIN
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION 'cannot open the conversation: %', v_problem USING ERRCODE = 'QL422';
     END IF;
-    PERFORM querylayer.audit('conversation.open', v_conv.id::text, jsonb_build_object('session_id', p_session_id));
+    PERFORM querylayer.audit('conversation.open'::text, v_conv.id::text, jsonb_build_object('session_id', p_session_id));
     RETURN jsonb_build_object('conversation_id', v_conv.id, 'session_id', v_conv.session_id,
                               'profile_id', v_conv.profile_id, 'title', v_conv.title);
 END
@@ -3726,7 +4134,7 @@ BEGIN
     END IF;
     INSERT INTO querylayer.agent_sessions (site_id, session_id, agent_id, profile_id, registered_by)
     VALUES (querylayer.ctx_site_id(), p_session_id, v_agent.id, v_agent.profile_id, querylayer.ctx_member_id());
-    PERFORM querylayer.audit('session.register', p_session_id, jsonb_build_object('profile_id', p_profile_id));
+    PERFORM querylayer.audit('session.register'::text, p_session_id, jsonb_build_object('profile_id', p_profile_id));
     RETURN jsonb_build_object('session_id', p_session_id, 'profile_id', v_agent.profile_id, 'agent', v_agent.handle);
 END
 $function$;
@@ -3759,7 +4167,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_revoke_connection(p_connection
 AS $function$
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
-    RETURN querylayer.revoke_credential('querylayer.connections', p_connection_id, p_reason);
+    RETURN querylayer.revoke_credential('querylayer.connections'::regclass, p_connection_id, p_reason);
 END
 $function$;
 ALTER FUNCTION querylayer_api.console_revoke_connection(uuid,text) OWNER TO querylayer_owner;
@@ -3777,7 +4185,7 @@ DECLARE
     v_org querylayer.organizations;
     v     querylayer.agents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_org := querylayer.organization_by_slug(p_organization);
     IF p_handle IS NULL OR p_handle !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
         RAISE EXCEPTION 'invalid agent handle %', coalesce(quote_literal(p_handle), 'NULL') USING ERRCODE = '22023';
@@ -3801,7 +4209,7 @@ BEGIN
     INSERT INTO querylayer.agents (organization_id, handle, kind, profile_id, profile_name, principal)
     VALUES (v_org.id, p_handle, coalesce(p_kind, 'generic'), p_profile_id, p_profile_name, coalesce(p_principal, p_handle))
     RETURNING * INTO v;
-    PERFORM querylayer.audit('agent.create', v.id::text,
+    PERFORM querylayer.audit('agent.create'::text, v.id::text,
         jsonb_build_object('handle', v.handle, 'kind', v.kind, 'profile_id', v.profile_id));
     RETURN jsonb_build_object('agent_id', v.id, 'handle', v.handle, 'kind', v.kind, 'principal', v.principal,
                               'profile_id', v.profile_id, 'profile_name', v.profile_name, 'organization', v_org.slug);
@@ -3811,7 +4219,7 @@ ALTER FUNCTION querylayer_api.create_agent(text,text,text,text,text,text) OWNER 
 REVOKE ALL ON FUNCTION querylayer_api.create_agent(text,text,text,text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.create_agent(text,text,text,text,text,text) TO querylayer_admin;
 
-CREATE OR REPLACE FUNCTION querylayer_api.create_connection(p_site text, p_agent text, p_name text, p_scopes text[], p_expires_at timestamp with time zone, p_harness text DEFAULT 'generic'::text, p_did text DEFAULT NULL::text, p_secret boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION querylayer_api.create_connection(p_site text, p_agent text, p_name text, p_scopes text[], p_expires_at timestamp with time zone, p_harness text DEFAULT 'generic'::text, p_did text DEFAULT NULL::text, p_secret boolean DEFAULT true, p_did_proof jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -3821,17 +4229,36 @@ DECLARE
     v_site  querylayer.sites;
     v_agent querylayer.agents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_connection(v_site.id, v_agent.id, p_name, p_scopes, p_expires_at, p_harness,
-                                       'operator:' || querylayer.outer_user(), p_did, p_secret);
+                                       'operator:' || querylayer.outer_user(), p_did, p_secret, p_did_proof);
 END
 $function$;
-ALTER FUNCTION querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean) TO querylayer_admin;
+ALTER FUNCTION querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean,jsonb) TO querylayer_admin;
+
+CREATE OR REPLACE FUNCTION querylayer_api.create_did_challenge(p_site text, p_did text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN querylayer.issue_did_challenge(v_site.id, p_did, 'operator:' || querylayer.outer_user());
+END
+$function$;
+ALTER FUNCTION querylayer_api.create_did_challenge(text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.create_did_challenge(text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.create_did_challenge(text,text) TO querylayer_admin;
 
 CREATE OR REPLACE FUNCTION querylayer_api.create_draft(p_run_id uuid, p_template text, p_fields jsonb, p_content_id uuid DEFAULT NULL::uuid, p_slug text DEFAULT NULL::text)
  RETURNS jsonb
@@ -3851,7 +4278,7 @@ BEGIN
             RAISE EXCEPTION 'run_id: members draft outside governed runs; omit it' USING ERRCODE = '22023';
         END IF;
     ELSE
-        PERFORM querylayer.require_connection('content:write');
+        PERFORM querylayer.require_connection('content:write'::text);
         IF p_run_id IS NULL THEN
             RAISE EXCEPTION 'run_id is required: an agent draft belongs to an open run of its connection'
                 USING ERRCODE = '22023', HINT = 'call begin_run first';
@@ -3902,7 +4329,7 @@ BEGIN
     RETURNING * INTO v_rev;
     UPDATE querylayer.content_items SET draft_revision_id = v_rev.id, updated_at = now()
      WHERE id = v_item.id RETURNING * INTO v_item;
-    PERFORM querylayer.audit('content.draft', v_item.id::text,
+    PERFORM querylayer.audit('content.draft'::text, v_item.id::text,
         jsonb_build_object('revision_id', v_rev.id, 'revision_number', v_rev.revision_number, 'run_id', p_run_id));
     RETURN querylayer.content_json(v_item) || jsonb_build_object('revision_id', v_rev.id, 'revision_number', v_rev.revision_number);
 END
@@ -3922,7 +4349,7 @@ DECLARE
     v_org querylayer.organizations;
     v     querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_org := querylayer.organization_by_slug(p_organization);
     IF p_handle IS NULL OR p_handle !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
         RAISE EXCEPTION 'invalid member handle %', coalesce(quote_literal(p_handle), 'NULL') USING ERRCODE = '22023';
@@ -3933,7 +4360,7 @@ BEGIN
     INSERT INTO querylayer.members (organization_id, handle, display_name)
     VALUES (v_org.id, p_handle, coalesce(p_display_name, p_handle))
     RETURNING * INTO v;
-    PERFORM querylayer.audit('member.create', v.id::text, jsonb_build_object('handle', v.handle));
+    PERFORM querylayer.audit('member.create'::text, v.id::text, jsonb_build_object('handle', v.handle));
     RETURN jsonb_build_object('member_id', v.id, 'handle', v.handle, 'display_name', v.display_name,
                               'organization', v_org.slug);
 END
@@ -3952,7 +4379,7 @@ DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
     PERFORM querylayer.enter_operator(v_site.id);
@@ -3972,11 +4399,11 @@ AS $function$
 DECLARE
     v querylayer.organizations;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     INSERT INTO querylayer.organizations (slug, name)
-    VALUES (querylayer.check_slug(p_slug, 'organization slug'), coalesce(p_name, p_slug))
+    VALUES (querylayer.check_slug(p_slug, 'organization slug'::text), coalesce(p_name, p_slug))
     RETURNING * INTO v;
-    PERFORM querylayer.audit('organization.create', v.id::text, jsonb_build_object('slug', v.slug));
+    PERFORM querylayer.audit('organization.create'::text, v.id::text, jsonb_build_object('slug', v.slug));
     RETURN jsonb_build_object('organization_id', v.id, 'slug', v.slug, 'name', v.name);
 EXCEPTION WHEN unique_violation THEN
     RAISE EXCEPTION 'an organization with slug % already exists', quote_literal(p_slug) USING ERRCODE = 'QL409';
@@ -4011,17 +4438,17 @@ DECLARE
     v_org  querylayer.organizations;
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_org := querylayer.organization_by_slug(p_organization);
     IF EXISTS (SELECT 1 FROM querylayer.sites WHERE slug = p_slug) THEN
         RAISE EXCEPTION 'a site with slug % already exists', quote_literal(p_slug) USING ERRCODE = 'QL409';
     END IF;
     INSERT INTO querylayer.sites (organization_id, slug, name)
-    VALUES (v_org.id, querylayer.check_slug(p_slug, 'site slug'), coalesce(p_name, p_slug))
+    VALUES (v_org.id, querylayer.check_slug(p_slug, 'site slug'::text), coalesce(p_name, p_slug))
     RETURNING * INTO v_site;
     PERFORM querylayer.enter_operator(v_site.id);
     INSERT INTO querylayer.ledger_heads (site_id, seq, head) VALUES (v_site.id, 0, querylayer.ledger_genesis(v_site.id));
-    PERFORM querylayer.audit('site.create', v_site.id::text, jsonb_build_object('slug', v_site.slug));
+    PERFORM querylayer.audit('site.create'::text, v_site.id::text, jsonb_build_object('slug', v_site.slug));
     RETURN jsonb_build_object('site_id', v_site.id, 'slug', v_site.slug, 'name', v_site.name,
                               'organization', v_org.slug);
 END
@@ -4047,7 +4474,7 @@ DECLARE
     v_keys    text[] := '{}';
     v_bad     text;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     v_turn := querylayer.claimed_turn(p_turn_id);
     SELECT * INTO v_conv FROM querylayer.console_conversations WHERE id = v_turn.conversation_id;
     IF p_session_id IS DISTINCT FROM v_conv.session_id THEN
@@ -4118,7 +4545,7 @@ BEGIN
     SELECT v_plan.site_id, v_plan.id, s->>'key', (o - 1)::integer, s->>'operation', 'low',
            ARRAY(SELECT jsonb_array_elements_text(coalesce(s->'depends_on', '[]'))), s->>'instructions'
       FROM jsonb_array_elements(p_steps) WITH ORDINALITY AS x(s, o);
-    PERFORM querylayer.audit('plan.create', v_plan.id::text, jsonb_build_object('turn_id', v_turn.id, 'version', v_plan.version));
+    PERFORM querylayer.audit('plan.create'::text, v_plan.id::text, jsonb_build_object('turn_id', v_turn.id, 'version', v_plan.version));
     RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id)) || querylayer.next_step(v_plan.id, p_session_id);
 END
 $function$;
@@ -4137,7 +4564,7 @@ DECLARE
     v_site querylayer.sites;
     v      querylayer.templates;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
@@ -4148,7 +4575,7 @@ BEGIN
             coalesce((SELECT max(version) FROM querylayer.templates WHERE site_id = v_site.id AND name = p_name), 0) + 1,
             querylayer.check_template_fields(p_fields))
     RETURNING * INTO v;
-    PERFORM querylayer.audit('template.create', v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
+    PERFORM querylayer.audit('template.create'::text, v.id::text, jsonb_build_object('name', v.name, 'version', v.version));
     RETURN jsonb_build_object('template_id', v.id, 'site', v_site.slug, 'name', v.name, 'version', v.version, 'fields', v.fields);
 END
 $function$;
@@ -4168,7 +4595,7 @@ DECLARE
     v_decision querylayer.proposal_decisions;
     v_prior    querylayer.proposal_decisions;
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     IF p_decision IS NULL OR p_decision NOT IN ('approve', 'reject') THEN
         RAISE EXCEPTION 'decision must be approve or reject; got %', coalesce(quote_literal(p_decision), 'NULL')
             USING ERRCODE = '22023';
@@ -4191,7 +4618,7 @@ BEGIN
     IF v_decision.decision = 'approved' AND querylayer.executes_on_approval(v_prop.type) THEN
         PERFORM querylayer.execute_decision(v_decision.id);
     END IF;
-    PERFORM querylayer.audit('proposal.decide', v_prop.id::text,
+    PERFORM querylayer.audit('proposal.decide'::text, v_prop.id::text,
         jsonb_build_object('decision', v_decision.decision, 'type', v_prop.type));
     RETURN querylayer.proposal_json(v_prop.id);
 END
@@ -4213,7 +4640,7 @@ DECLARE
     v_outcome text := p_outcome;
     v_reason  text;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     IF p_outcome IS NULL OR p_outcome NOT IN ('completed', 'completed_with_warnings', 'needs_human_input',
                                                'blocked', 'failed', 'cancelled') THEN
         RAISE EXCEPTION 'outcome must be one of completed, completed_with_warnings, needs_human_input, blocked, failed, cancelled; got %',
@@ -4244,7 +4671,7 @@ BEGIN
     VALUES (v_run.site_id, v_run.id, 'finished', querylayer.ctx_agent_id(), querylayer.ctx_connection_id(),
             querylayer.ctx_harness(), v_outcome, p_outcome, v_reason, coalesce(p_reasons, '[]'),
             coalesce(v_missing, '{}'), p_summary);
-    PERFORM querylayer.audit('run.finish', v_run.id::text,
+    PERFORM querylayer.audit('run.finish'::text, v_run.id::text,
         jsonb_build_object('outcome', v_outcome, 'requested_outcome', p_outcome, 'reason_code', v_reason));
     RETURN querylayer.run_json(v_run);
 END
@@ -4261,13 +4688,13 @@ CREATE OR REPLACE FUNCTION querylayer_api.form_screening_metrics(p_days integer 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('site:read');
+    PERFORM querylayer.require_principal('site:read'::text);
     IF p_days IS NULL OR p_days NOT BETWEEN 1 AND 366 THEN
         RAISE EXCEPTION 'days must be between 1 and 366' USING ERRCODE = '22023';
     END IF;
     RETURN jsonb_build_object(
         'days', p_days,
-        'rejected_raw_retention_days', querylayer.setting_int('form_rejected_retention_days'),
+        'rejected_raw_retention_days', querylayer.setting_int('form_rejected_retention_days'::text),
         'counts', (SELECT coalesce(jsonb_agg(jsonb_build_object('day', d.day, 'form', d.form_key, 'decision', d.decision,
                                                                'reason', d.reason, 'count', d.events)
                                              ORDER BY d.day, d.form_key, d.decision, d.reason), '[]')
@@ -4291,7 +4718,7 @@ AS $function$
 DECLARE
     r record;
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     SELECT v.*, t.name AS template_name, t.version AS template_version, i.draft_revision_id, i.published_revision_id
       INTO r
       FROM querylayer.content_revisions v
@@ -4325,7 +4752,7 @@ AS $function$
 DECLARE
     v_run querylayer.runs;
 BEGIN
-    PERFORM querylayer.require_principal('runs:read');
+    PERFORM querylayer.require_principal('runs:read'::text);
     SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
@@ -4355,7 +4782,7 @@ AS $function$
 DECLARE
     v querylayer.semantic_models;
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     v := querylayer.current_model();
     RETURN jsonb_build_object('model_id', v.id, 'name', v.name, 'version', v.version, 'imported_at', v.imported_at,
                               'document', v.document);
@@ -4373,7 +4800,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.get_settings()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     RETURN (SELECT jsonb_object_agg(key, value ORDER BY key) FROM querylayer.settings);
 END
 $function$;
@@ -4392,7 +4819,7 @@ DECLARE
     v_agent  querylayer.agents;
     v_scopes text[];
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
     v_scopes := querylayer.normalize_scopes(p_scopes);
@@ -4400,7 +4827,7 @@ BEGIN
     INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
     SELECT v_site.id, v_site.organization_id, v_agent.id, s, querylayer.outer_user() FROM unnest(v_scopes) AS s
     ON CONFLICT DO NOTHING;
-    PERFORM querylayer.audit('agent.grant', v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
     RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
         'scopes', (SELECT to_jsonb(array_agg(scope ORDER BY scope)) FROM querylayer.agent_site_permissions
                     WHERE site_id = v_site.id AND agent_id = v_agent.id));
@@ -4421,7 +4848,7 @@ DECLARE
     v_parsed jsonb := querylayer.rights_parse(p_document);
     v        querylayer.rights_documents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     IF v_parsed->'document' = 'null'::jsonb THEN
@@ -4431,7 +4858,7 @@ BEGIN
     VALUES (v_site.id, coalesce((SELECT max(version) FROM querylayer.rights_documents WHERE site_id = v_site.id), 0) + 1,
             v_parsed->'document', v_parsed->'problems', 'operator:' || querylayer.outer_user())
     RETURNING * INTO v;
-    PERFORM querylayer.audit('semantics.import_rights', v.id::text, jsonb_build_object('version', v.version,
+    PERFORM querylayer.audit('semantics.import_rights'::text, v.id::text, jsonb_build_object('version', v.version,
         'problems', jsonb_array_length(v.problems)));
     -- A document with problems is stored (for the record) but makes every decision deny.
     RETURN jsonb_build_object('rights_id', v.id, 'site', v_site.slug, 'version', v.version, 'problems', v.problems);
@@ -4448,7 +4875,11 @@ CREATE OR REPLACE FUNCTION querylayer_api.import_semantic_model(p_document text)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection_for('querylayer_api.import_semantic_model'::text, 'content:write'::text);
+    IF querylayer.signed_body_sha256() IS DISTINCT FROM NULL
+       AND querylayer.signed_body_sha256() IS DISTINCT FROM encode(sha256(convert_to(coalesce(p_document, ''), 'UTF8')), 'hex') THEN
+        RAISE EXCEPTION 'document: not the body the envelope of this request signed' USING ERRCODE = 'QL403';
+    END IF;
     RETURN querylayer.store_semantic_model(querylayer.ctx_site_id(), p_document,
                                            'connection:' || querylayer.ctx_connection_id(), querylayer.ctx_connection_id());
 END
@@ -4467,10 +4898,10 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
-    RETURN querylayer.store_semantic_model(v_site.id, p_document, 'operator:' || querylayer.outer_user(), NULL)
+    RETURN querylayer.store_semantic_model(v_site.id, p_document, 'operator:' || querylayer.outer_user(), NULL::uuid)
         || jsonb_build_object('site', v_site.slug);
 END
 $function$;
@@ -4490,7 +4921,7 @@ DECLARE
     o       jsonb;
     n       integer := 0;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     IF jsonb_typeof(p_opportunities) IS DISTINCT FROM 'array' OR jsonb_array_length(p_opportunities) NOT BETWEEN 1 AND 10000 THEN
@@ -4513,7 +4944,7 @@ BEGIN
         VALUES (v_site.id, v_batch, o->>'id', o->>'topic', o->>'title', o->>'rationale', coalesce(o->'signals', '{}'));
         n := n + 1;
     END LOOP;
-    PERFORM querylayer.audit('strategy.import', v_batch::text, jsonb_build_object('source', p_source, 'count', n));
+    PERFORM querylayer.audit('strategy.import'::text, v_batch::text, jsonb_build_object('source', p_source, 'count', n));
     RETURN jsonb_build_object('import_batch_id', v_batch, 'site', v_site.slug, 'source', p_source, 'imported', n);
 END
 $function$;
@@ -4530,7 +4961,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF p_site IS NOT NULL THEN
         v_site := querylayer.site_by_slug(p_site);
         PERFORM querylayer.enter_operator(v_site.id);
@@ -4556,7 +4987,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN QUERY
@@ -4583,7 +5014,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_content(p_state text DEFAULT NULL
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
         RAISE EXCEPTION 'state must be draft, published or archived; got %', quote_literal(p_state) USING ERRCODE = '22023';
     END IF;
@@ -4609,7 +5040,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_content_briefs(p_limit integer DE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
     END IF;
@@ -4633,7 +5064,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_content_source_packages(p_limit i
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
     END IF;
@@ -4657,7 +5088,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_content_source_records(p_package_
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     IF NOT EXISTS (SELECT 1 FROM querylayer.content_source_packages WHERE id = p_package_id) THEN
         RAISE EXCEPTION 'no source package % on this site', p_package_id USING ERRCODE = 'QL404';
     END IF;
@@ -4682,7 +5113,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF p_site IS NOT NULL THEN
         v_site := querylayer.site_by_slug(p_site);
         PERFORM querylayer.enter_operator(v_site.id);
@@ -4704,7 +5135,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_evidence(p_content_id uuid DEFAUL
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'evidence_id', e.id, 'content_id', e.content_id, 'revision_id', e.revision_id, 'claim', e.claim,
                 'source_url', e.source_url, 'quoted_span', e.quoted_span, 'retrieved_at', e.retrieved_at,
@@ -4727,7 +5158,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_evidence_reverification(p_content
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'target', jsonb_build_object('evidence_id', e.id, 'content_id', e.content_id, 'revision_id', e.revision_id,
                                              'source_url', e.source_url),
@@ -4756,7 +5187,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_lineage(p_answer_id uuid DEFAULT 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('runs:read');
+    PERFORM querylayer.require_principal('runs:read'::text);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'lineage_event_id', e.id, 'answer_id', e.answer_id, 'story_agent', e.story_agent, 'run_id', e.run_id,
                 'event_text', e.event::text, 'event_sha256', e.event_sha256, 'attestation', a.attestation,
@@ -4779,7 +5210,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_proposals(p_state text DEFAULT NU
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     RETURN querylayer.list_proposals(p_state, p_limit);
 END
 $function$;
@@ -4795,7 +5226,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('runs:read');
+    PERFORM querylayer.require_principal('runs:read'::text);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
         RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
     END IF;
@@ -4818,7 +5249,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_topical_map()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('topical-map:read');
+    PERFORM querylayer.require_principal('topical-map:read'::text);
     RETURN jsonb_build_object('topics', (
         SELECT coalesce(jsonb_agg(jsonb_build_object(
                    'topic_id', t.id, 'slug', t.slug, 'title', t.title,
@@ -4843,7 +5274,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_topical_strategy_opportunities(p_
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_principal('topical-map:read');
+    PERFORM querylayer.require_principal('topical-map:read'::text);
     IF p_state IS NOT NULL AND p_state NOT IN ('new', 'matched', 'proposed', 'accepted', 'rejected') THEN
         RAISE EXCEPTION 'state must be new, matched, proposed, accepted or rejected' USING ERRCODE = '22023';
     END IF;
@@ -4894,7 +5325,7 @@ DECLARE
     v_site querylayer.sites;
     v_n    integer;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     UPDATE querylayer.evidence_jobs SET due_at = now() WHERE site_id = v_site.id AND state = 'due';
@@ -4912,30 +5343,34 @@ CREATE OR REPLACE FUNCTION querylayer_api.prepare_answer(p_question text, p_purp
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_model  querylayer.semantic_models;
-    v_rights querylayer.rights_documents;
-    v_nav    jsonb;
-    v_id     uuid;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
-    IF p_question IS NULL OR length(p_question) > 4000 THEN
-        RAISE EXCEPTION 'question: at most 4000 characters are required' USING ERRCODE = '22023';
-    END IF;
-    v_model := querylayer.current_model();
-    v_rights := querylayer.current_rights();
-    v_nav := querylayer.navigate(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
-                                 p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp()));
-    INSERT INTO querylayer.answer_drafts (site_id, connection_id, purpose, navigation, model_id, rights_id)
-    VALUES (querylayer.ctx_site_id(), querylayer.ctx_connection_id(), p_purpose, v_nav, v_model.id, v_rights.id)
-    RETURNING id INTO v_id;
-    RETURN jsonb_build_object('draft_id', v_id, 'prompt', v_nav->>'prompt', 'plans', jsonb_array_length(v_nav->'plans'));
+    PERFORM querylayer.require_connection('content:read'::text);
+    RETURN querylayer.prepare_answer(p_question, p_purpose, p_dialect);
 END
 $function$;
 ALTER FUNCTION querylayer_api.prepare_answer(text,text,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.prepare_answer(text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.prepare_answer(text,text,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.prepare_answer(text,text,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.prepare_signed_answer(p_body text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v text[];
+BEGIN
+    PERFORM querylayer.require_connection_for('querylayer_api.prepare_signed_answer'::text, 'content:read'::text);
+    v := querylayer.signed_answer_request(p_body);
+    RETURN querylayer.prepare_answer(v[1], v[2], coalesce(v[3], 'SAIL_SQL'));
+END
+$function$;
+ALTER FUNCTION querylayer_api.prepare_signed_answer(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.prepare_signed_answer(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.prepare_signed_answer(text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.prepare_signed_answer(text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.propose_content_brief_draft(p_run_id uuid, p_brief_id uuid, p_content_id uuid, p_revision_id uuid, p_summary text DEFAULT NULL::text)
  RETURNS jsonb
@@ -4946,7 +5381,7 @@ AS $function$
 DECLARE
     v_first boolean;
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection('content:write'::text);
     IF p_brief_id IS NULL THEN
         RAISE EXCEPTION 'brief_id is required' USING ERRCODE = '22023';
     END IF;
@@ -4972,7 +5407,7 @@ DECLARE
     v_first   boolean;
     v_missing uuid;
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection('content:write'::text);
     IF p_record_ids IS NULL OR cardinality(p_record_ids) NOT BETWEEN 1 AND 100 THEN
         RAISE EXCEPTION 'record_ids: 1 to 100 staged record ids are required' USING ERRCODE = '22023';
     END IF;
@@ -5016,7 +5451,7 @@ DECLARE
     v_topics  text[] := '{}';
     o         querylayer.strategy_opportunities;
 BEGIN
-    PERFORM querylayer.require_connection('topical-map:write');
+    PERFORM querylayer.require_connection('topical-map:write'::text);
     IF p_opportunity_ids IS NULL OR cardinality(p_opportunity_ids) NOT BETWEEN 1 AND 100 THEN
         RAISE EXCEPTION 'opportunity_ids: 1 to 100 ids are required' USING ERRCODE = '22023';
     END IF;
@@ -5033,7 +5468,7 @@ BEGIN
         END IF;
         v_changes := v_changes || jsonb_build_object('op', 'plan_page', 'topic', o.topic_slug, 'title', o.title, 'opportunity_id', o.id);
     END LOOP;
-    RETURN querylayer.propose(p_run_id, 'topical_map',
+    RETURN querylayer.propose(p_run_id, 'topical_map'::text,
         jsonb_build_object('source', 'topical_strategy', 'opportunity_ids', to_jsonb(p_opportunity_ids), 'changes', v_changes),
         p_summary);
 END
@@ -5054,19 +5489,19 @@ DECLARE
     v_n     integer;
     v_total integer := 0;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     FOR v_site IN SELECT id FROM querylayer.sites LOOP
         PERFORM querylayer.enter_operator(v_site);
         DELETE FROM querylayer.form_screening_events
          WHERE site_id = v_site AND decision = 'rejected'
-           AND occurred_at < now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'));
+           AND occurred_at < now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text));
         GET DIAGNOSTICS v_n = ROW_COUNT;
         v_total := v_total + v_n;
     END LOOP;
-    PERFORM querylayer.enter_operator(NULL);
-    PERFORM querylayer.audit('form_screening.purge', NULL, jsonb_build_object('deleted', v_total));
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.audit('form_screening.purge'::text, NULL::text, jsonb_build_object('deleted', v_total));
     RETURN jsonb_build_object('deleted', v_total,
-                              'retention_days', querylayer.setting_int('form_rejected_retention_days'));
+                              'retention_days', querylayer.setting_int('form_rejected_retention_days'::text));
 END
 $function$;
 ALTER FUNCTION querylayer_api.purge_form_screening() OWNER TO querylayer_owner;
@@ -5084,7 +5519,7 @@ DECLARE
     v_run querylayer.runs;
     v_art querylayer.run_artifacts;
 BEGIN
-    PERFORM querylayer.require_connection('runs:write');
+    PERFORM querylayer.require_connection('runs:write'::text);
     SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
@@ -5110,7 +5545,7 @@ BEGIN
     VALUES (v_run.site_id, v_run.id, p_key, p_value, querylayer.check_affected_objects(p_affected_objects),
             querylayer.ctx_agent_id(), querylayer.ctx_connection_id(), querylayer.ctx_harness())
     RETURNING * INTO v_art;
-    PERFORM querylayer.audit('run.artifact', v_run.id::text, jsonb_build_object('key', p_key));
+    PERFORM querylayer.audit('run.artifact'::text, v_run.id::text, jsonb_build_object('key', p_key));
     RETURN jsonb_build_object('run_id', v_art.run_id, 'artifact_id', v_art.id, 'key', v_art.key,
                               'recorded_at', v_art.created_at,
                               'record_sha256', encode(v_art.record_sha256, 'hex'));
@@ -5131,7 +5566,7 @@ DECLARE
     v_rev querylayer.content_revisions;
     v_ev  querylayer.claim_evidence;
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection('content:write'::text);
     IF p_run_id IS NULL THEN
         RAISE EXCEPTION 'run_id is required: evidence is recorded inside an open run of the connection' USING ERRCODE = '22023';
     END IF;
@@ -5166,8 +5601,8 @@ BEGIN
             lower(p_source_sha256), querylayer.ctx_agent_id(), querylayer.ctx_connection_id(), p_run_id)
     RETURNING * INTO v_ev;
     PERFORM querylayer.schedule_evidence_job(v_ev.id, v_ev.site_id,
-        now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days')));
-    PERFORM querylayer.audit('evidence.record', v_ev.id::text, jsonb_build_object('revision_id', v_rev.id));
+        now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days'::text)));
+    PERFORM querylayer.audit('evidence.record'::text, v_ev.id::text, jsonb_build_object('revision_id', v_rev.id));
     RETURN jsonb_build_object('evidence_id', v_ev.id, 'revision_id', v_ev.revision_id, 'content_id', v_ev.content_id,
                               'claim', v_ev.claim, 'source_url', v_ev.source_url, 'retrieved_at', v_ev.retrieved_at,
                               'source_sha256', v_ev.source_sha256, 'record_sha256', encode(v_ev.record_sha256, 'hex'));
@@ -5207,7 +5642,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcom
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_connection(NULL);
+    PERFORM querylayer.require_connection(NULL::text);
     IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
@@ -5217,7 +5652,7 @@ BEGIN
     IF p_error_code IS NOT NULL AND p_error_code !~ '^[a-z][a-z0-9_]{0,63}$' THEN
         RAISE EXCEPTION 'error_code: a short machine code is required' USING ERRCODE = '22023';
     END IF;
-    PERFORM querylayer.audit('tool.call', p_tool,
+    PERFORM querylayer.audit('tool.call'::text, p_tool,
         jsonb_build_object('tool', p_tool, 'duration_ms', greatest(p_duration_ms, 0), 'error_code', p_error_code),
         p_outcome);
 END
@@ -5237,7 +5672,7 @@ DECLARE
     v   querylayer.agents;
     v_old text;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF p_new_name IS NULL OR length(p_new_name) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'the new profile name must have 1 to 200 characters' USING ERRCODE = '22023';
     END IF;
@@ -5250,7 +5685,7 @@ BEGIN
     UPDATE querylayer.agents SET profile_name = p_new_name WHERE id = v.id;
     INSERT INTO querylayer.agent_profile_renames (organization_id, agent_id, profile_id, old_name, new_name, renamed_by)
     VALUES (v.organization_id, v.id, v.profile_id, v_old, p_new_name, querylayer.outer_user());
-    PERFORM querylayer.audit('agent.rename_profile', v.id::text,
+    PERFORM querylayer.audit('agent.rename_profile'::text, v.id::text,
         jsonb_build_object('profile_id', v.profile_id, 'old_name', v_old, 'new_name', p_new_name));
     RETURN jsonb_build_object('agent_id', v.id, 'handle', v.handle, 'profile_id', v.profile_id,
                               'old_name', v_old, 'profile_name', p_new_name);
@@ -5269,7 +5704,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN jsonb_build_object('recorded', querylayer.insert_form_screening(v_site.id, p_events));
@@ -5286,8 +5721,8 @@ CREATE OR REPLACE FUNCTION querylayer_api.request_publish_approval(p_run_id uuid
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_connection('publish:request');
-    RETURN querylayer.propose(p_run_id, 'publish_lifecycle', jsonb_build_object('items', p_items), p_summary);
+    PERFORM querylayer.require_connection('publish:request'::text);
+    RETURN querylayer.propose(p_run_id, 'publish_lifecycle'::text, jsonb_build_object('items', p_items), p_summary);
 END
 $function$;
 ALTER FUNCTION querylayer_api.request_publish_approval(uuid,jsonb,text) OWNER TO querylayer_owner;
@@ -5305,7 +5740,7 @@ DECLARE
     v   querylayer.agents;
     v_n integer;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF (p_profile_id IS NULL) = (p_profile_name IS NULL) THEN
         RAISE EXCEPTION 'give exactly one of profile_id or profile_name' USING ERRCODE = '22023';
     END IF;
@@ -5339,7 +5774,7 @@ DECLARE
     v querylayer.semantic_models;
     r jsonb;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
     v := querylayer.current_model();
     r := querylayer.model_resolve_metric(v.document, p_name, coalesce(p_dialect, 'SAIL_SQL'));
     IF r ? 'error' THEN
@@ -5364,14 +5799,19 @@ DECLARE
     v_agent  querylayer.agents;
     v_scopes text[];
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
     v_scopes := querylayer.normalize_scopes(p_scopes);
     PERFORM querylayer.enter_operator(v_site.id);
     DELETE FROM querylayer.agent_site_permissions
      WHERE site_id = v_site.id AND agent_id = v_agent.id AND scope = ANY (v_scopes);
-    PERFORM querylayer.audit('agent.revoke', v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    -- A connection acting with a withdrawn scope right now stops: its sessions end.
+    PERFORM querylayer.end_credential_sessions(c.id)
+       FROM querylayer.connections c
+      WHERE c.site_id = v_site.id AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
+        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
+    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
     RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
         'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
                     WHERE site_id = v_site.id AND agent_id = v_agent.id));
@@ -5388,9 +5828,9 @@ CREATE OR REPLACE FUNCTION querylayer_api.revoke_connection(p_connection_id uuid
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
-    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.connections', p_connection_id));
-    RETURN querylayer.revoke_credential('querylayer.connections', p_connection_id, p_reason);
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.connections'::regclass, p_connection_id));
+    RETURN querylayer.revoke_credential('querylayer.connections'::regclass, p_connection_id, p_reason);
 END
 $function$;
 ALTER FUNCTION querylayer_api.revoke_connection(uuid,text) OWNER TO querylayer_owner;
@@ -5404,9 +5844,9 @@ CREATE OR REPLACE FUNCTION querylayer_api.revoke_member_token(p_token_id uuid, p
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
-    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.member_tokens', p_token_id));
-    RETURN querylayer.revoke_credential('querylayer.member_tokens', p_token_id, p_reason);
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.member_tokens'::regclass, p_token_id));
+    RETURN querylayer.revoke_credential('querylayer.member_tokens'::regclass, p_token_id, p_reason);
 END
 $function$;
 ALTER FUNCTION querylayer_api.revoke_member_token(uuid,text) OWNER TO querylayer_owner;
@@ -5420,11 +5860,11 @@ CREATE OR REPLACE FUNCTION querylayer_api.rotate_server_key()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     UPDATE querylayer.server_keys SET retired_at = clock_timestamp() WHERE retired_at IS NULL;
     INSERT INTO querylayer.server_keys (did_key, secret, origin)
     SELECT querylayer.key_did(s), s, 'generated' FROM (SELECT querylayer.new_key_secret() AS s) k;
-    PERFORM querylayer.audit('server_key.rotate', NULL, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
+    PERFORM querylayer.audit('server_key.rotate'::text, NULL::text, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
     RETURN querylayer_api.server_keys();
 END
 $function$;
@@ -5439,14 +5879,15 @@ CREATE OR REPLACE FUNCTION querylayer_api.run_qglake_story()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_key     querylayer.server_keys := querylayer.server_key();
+    v_key     querylayer.server_keys;
     v_rights  querylayer.rights_documents;
     v_missing text;
     v_run     jsonb;
     r         jsonb;
     i         integer := 0;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
+    v_key := querylayer.server_key();
     SELECT s->>'principal' INTO v_missing
       FROM jsonb_array_elements(querylayer.story_roster()->'specialists') s
      WHERE NOT EXISTS (SELECT 1 FROM querylayer.agents a
@@ -5466,11 +5907,11 @@ BEGIN
     END IF;
     v_run := querylayer.run_story(v_rights.document, v_key.secret, querylayer.utc_text(clock_timestamp()));
     FOR r IN SELECT * FROM jsonb_array_elements(v_run->'responses') LOOP
-        PERFORM querylayer.record_receipts(jsonb_build_array(r->'receipt'), 'story', v_run->'prompt'->>'purpose', NULL, v_rights.id);
-        PERFORM querylayer.record_event(v_run->'openlineage_texts'->>i, r->'attestation', NULL, r->>'agent', v_key.id);
+        PERFORM querylayer.record_receipts(jsonb_build_array(r->'receipt'), 'story'::text, v_run->'prompt'->>'purpose', NULL::uuid, v_rights.id);
+        PERFORM querylayer.record_event(v_run->'openlineage_texts'->>i, r->'attestation', NULL::uuid, r->>'agent', v_key.id);
         i := i + 1;
     END LOOP;
-    PERFORM querylayer.audit('semantics.story', NULL, jsonb_build_object('specialists', i));
+    PERFORM querylayer.audit('semantics.story'::text, NULL::text, jsonb_build_object('specialists', i));
     RETURN v_run - 'openlineage_texts' || jsonb_build_object('server_did', v_key.did_key);
 END
 $function$;
@@ -5488,7 +5929,7 @@ AS $function$
 DECLARE
     v querylayer.semantic_models;
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
     IF p_text IS NULL OR length(p_text) NOT BETWEEN 1 AND 2000 THEN
         RAISE EXCEPTION 'text: 1 to 2000 characters are required' USING ERRCODE = '22023';
     END IF;
@@ -5514,38 +5955,38 @@ DECLARE
     v_owner querylayer.members;
     v_suffix text := to_char(clock_timestamp(), 'YYYYMMDD"T"HH24MISS.US');
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF NOT EXISTS (SELECT 1 FROM querylayer.organizations WHERE slug = 'demo') THEN
-        PERFORM querylayer_api.create_organization('demo', 'Demo organization');
+        PERFORM querylayer_api.create_organization('demo'::text, 'Demo organization'::text);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM querylayer.sites WHERE slug = 'demo') THEN
-        PERFORM querylayer_api.create_site('demo', 'demo', 'Demo site');
+        PERFORM querylayer_api.create_site('demo'::text, 'demo'::text, 'Demo site'::text);
     END IF;
-    PERFORM querylayer.enter_operator(NULL);
-    v_site := querylayer.site_by_slug('demo');
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug('demo'::text);
     IF NOT EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_site.organization_id AND handle = 'demo-agent') THEN
-        PERFORM querylayer_api.create_agent('demo', 'demo-agent', 'hermes', 'demo-profile-0001', 'demo',
-                                            'did:example:qg-navigator');
+        PERFORM querylayer_api.create_agent('demo'::text, 'demo-agent'::text, 'hermes'::text, 'demo-profile-0001'::text, 'demo'::text,
+                                            'did:example:qg-navigator'::text);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_site.organization_id AND handle = 'demo-owner') THEN
-        PERFORM querylayer_api.create_member('demo', 'demo-owner', 'Demo owner');
+        PERFORM querylayer_api.create_member('demo'::text, 'demo-owner'::text, 'Demo owner'::text);
     END IF;
-    PERFORM querylayer_api.set_member_role('demo', 'demo-owner', 'owner');
-    PERFORM querylayer_api.grant_agent_scopes('demo', 'demo-agent', ARRAY(SELECT scope FROM querylayer.scopes));
+    PERFORM querylayer_api.set_member_role('demo'::text, 'demo-owner'::text, 'owner'::text);
+    PERFORM querylayer_api.grant_agent_scopes('demo'::text, 'demo-agent'::text, ARRAY(SELECT scope FROM querylayer.scopes));
     PERFORM querylayer.enter_operator(v_site.id);
     IF NOT EXISTS (SELECT 1 FROM querylayer.templates WHERE site_id = v_site.id AND name = 'article') THEN
-        PERFORM querylayer_api.create_template('demo', 'article',
+        PERFORM querylayer_api.create_template('demo'::text, 'article'::text,
             '[{"name": "title", "type": "text", "required": true, "max_length": 200},
               {"name": "body", "type": "markdown", "required": true},
               {"name": "summary", "type": "text", "required": false, "max_length": 500},
-              {"name": "tags", "type": "list", "required": false}]');
+              {"name": "tags", "type": "list", "required": false}]'::jsonb);
     END IF;
     PERFORM querylayer.seed_demo_semantics(v_site.id);
     RETURN jsonb_build_object(
         'organization', 'demo', 'site', 'demo', 'agent', 'demo-agent', 'member', 'demo-owner',
-        'connection', querylayer_api.create_connection('demo', 'demo-agent', 'demo ' || v_suffix,
-                          ARRAY(SELECT scope FROM querylayer.scopes), now() + interval '24 hours', 'generic'),
-        'member_token', querylayer_api.create_member_token('demo', 'demo-owner', 'demo ' || v_suffix,
+        'connection', querylayer_api.create_connection('demo'::text, 'demo-agent'::text, 'demo ' || v_suffix,
+                          ARRAY(SELECT scope FROM querylayer.scopes), now() + interval '24 hours', 'generic'::text),
+        'member_token', querylayer_api.create_member_token('demo'::text, 'demo-owner'::text, 'demo ' || v_suffix,
                           now() + interval '24 hours'));
 END
 $function$;
@@ -5579,21 +6020,29 @@ AS $function$
 DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
+    v_old    text;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
     IF p_role IS NOT NULL AND p_role NOT IN ('owner', 'admin', 'editor', 'viewer') THEN
         RAISE EXCEPTION 'role must be owner, admin, editor or viewer; got %', quote_literal(p_role) USING ERRCODE = '22023';
     END IF;
     PERFORM querylayer.enter_operator(v_site.id);
+    SELECT role INTO v_old FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id FOR UPDATE;
     IF p_role IS NULL THEN
         DELETE FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id;
     ELSE
         INSERT INTO querylayer.site_members (site_id, member_id, role) VALUES (v_site.id, v_member.id, p_role)
         ON CONFLICT (site_id, member_id) DO UPDATE SET role = EXCLUDED.role, granted_at = now();
     END IF;
-    PERFORM querylayer.audit('member.role', v_member.id::text, jsonb_build_object('role', p_role));
+    IF v_old IS DISTINCT FROM p_role THEN
+        -- A member acting with the old role right now stops: their tokens' sessions end.
+        PERFORM querylayer.end_credential_sessions(t.id)
+           FROM querylayer.member_tokens t
+          WHERE t.site_id = v_site.id AND t.member_id = v_member.id AND t.revoked_at IS NULL AND t.expires_at > clock_timestamp();
+    END IF;
+    PERFORM querylayer.audit('member.role'::text, v_member.id::text, jsonb_build_object('role', p_role));
     RETURN jsonb_build_object('site', v_site.slug, 'member', v_member.handle, 'role', p_role);
 END
 $function$;
@@ -5610,14 +6059,14 @@ AS $function$
 DECLARE
     v_secret bytea;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     IF p_secret_hex IS NULL OR p_secret_hex !~ '^[0-9a-fA-F]{64}$' THEN
         RAISE EXCEPTION 'secret: 64 hex characters (a 32-byte Ed25519 secret) are required' USING ERRCODE = '22023';
     END IF;
     v_secret := decode(p_secret_hex, 'hex');
     UPDATE querylayer.server_keys SET retired_at = clock_timestamp() WHERE retired_at IS NULL;
     INSERT INTO querylayer.server_keys (did_key, secret, origin) VALUES (querylayer.key_did(v_secret), v_secret, 'operator');
-    PERFORM querylayer.audit('server_key.set', NULL, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
+    PERFORM querylayer.audit('server_key.set'::text, NULL::text, jsonb_build_object('did_key', (querylayer.server_key()).did_key));
     RETURN querylayer_api.server_keys();
 END
 $function$;
@@ -5634,7 +6083,7 @@ AS $function$
 DECLARE
     v jsonb;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     CASE p_key
         WHEN 'server_did' THEN
             IF p_value !~ '^did:[a-z0-9]+:[A-Za-z0-9._:%-]+$' THEN
@@ -5662,7 +6111,7 @@ BEGIN
                 coalesce(quote_literal(p_key), 'NULL') USING ERRCODE = '22023';
     END CASE;
     UPDATE querylayer.settings SET value = v, updated_at = now(), updated_by = querylayer.outer_user() WHERE key = p_key;
-    PERFORM querylayer.audit('setting.set', p_key, jsonb_build_object('value', v));
+    PERFORM querylayer.audit('setting.set'::text, p_key, jsonb_build_object('value', v));
     RETURN querylayer_api.get_settings();
 END
 $function$;
@@ -5679,7 +6128,7 @@ AS $function$
 DECLARE
     r record;
 BEGIN
-    PERFORM querylayer.require_connection('site:read');
+    PERFORM querylayer.require_connection('site:read'::text);
     SELECT o.slug AS organization, o.name AS organization_name, s.slug AS site, s.name AS site_name,
            a.handle AS agent, a.kind AS agent_kind, a.profile_id, a.profile_name,
            c.name AS connection, c.prefix, c.expires_at, c.harness
@@ -5720,7 +6169,7 @@ DECLARE
     v_invalid  integer;
     i          integer;
 BEGIN
-    PERFORM querylayer.require_connection('content:write');
+    PERFORM querylayer.require_connection('content:write'::text);
     IF p_run_id IS NULL THEN
         RAISE EXCEPTION 'run_id is required: staging belongs to an open run of the connection' USING ERRCODE = '22023';
     END IF;
@@ -5758,7 +6207,7 @@ BEGIN
         VALUES (querylayer.ctx_site_id(), v_pkg, i - 1, v_hashes[i], p_records->(i - 1),
                 jsonb_array_length(v_checks[i]->'problems') = 0, v_checks[i]->'problems', v_checks[i]->'warnings');
     END LOOP;
-    PERFORM querylayer.audit('source_package.stage', v_pkg::text, jsonb_build_object('records', cardinality(v_hashes), 'invalid', v_invalid));
+    PERFORM querylayer.audit('source_package.stage'::text, v_pkg::text, jsonb_build_object('records', cardinality(v_hashes), 'invalid', v_invalid));
     RETURN querylayer.package_json(v_pkg) || jsonb_build_object('resubmitted', false);
 END
 $function$;
@@ -5774,7 +6223,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.story_overview()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.require_connection('content:read');
+    PERFORM querylayer.require_connection('content:read'::text);
     RETURN jsonb_build_object(
         'roster', querylayer.story_roster(),
         'recorded_runs', (SELECT coalesce(jsonb_agg(jsonb_build_object(
@@ -5816,7 +6265,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN jsonb_build_object('site', v_site.slug) || querylayer.verify_ledger_site(v_site.id);
@@ -5837,7 +6286,7 @@ DECLARE
     v_out  jsonb := '[]';
     j      record;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     FOR v_site IN SELECT id FROM querylayer.sites ORDER BY id LOOP
         EXIT WHEN jsonb_array_length(v_out) >= p_limit;
         PERFORM querylayer.enter_operator(v_site);
@@ -5874,7 +6323,7 @@ DECLARE
     v_attempt uuid;
     v_review  uuid;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     FOR v_site IN SELECT id FROM querylayer.sites LOOP
         PERFORM querylayer.enter_operator(v_site);
         SELECT * INTO v_job FROM querylayer.evidence_jobs WHERE id = p_job_id FOR UPDATE;
@@ -5903,11 +6352,11 @@ BEGIN
         RETURNING id INTO v_review;
     ELSIF v_status = 'unchanged' THEN
         PERFORM querylayer.schedule_evidence_job(v_ev.id, v_ev.site_id,
-            now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days')));
+            now() + make_interval(days => querylayer.setting_int('evidence_reverify_after_days'::text)));
     ELSE
         PERFORM querylayer.schedule_evidence_job(v_ev.id, v_ev.site_id, now() + interval '1 hour');
     END IF;
-    PERFORM querylayer.audit('evidence.attempt', v_ev.id::text, jsonb_build_object('status', v_status, 'review_opened', v_review IS NOT NULL));
+    PERFORM querylayer.audit('evidence.attempt'::text, v_ev.id::text, jsonb_build_object('status', v_status, 'review_opened', v_review IS NOT NULL));
     RETURN jsonb_build_object('job_id', v_job.id, 'status', v_status, 'review_id', v_review);
 END
 $function$;
@@ -5917,13 +6366,74 @@ GRANT EXECUTE ON FUNCTION querylayer_api.worker_record_evidence_attempt(uuid,int
 GRANT EXECUTE ON FUNCTION querylayer_api.worker_record_evidence_attempt(uuid,integer,text,text) TO querylayer_worker;
 
 
+-- (c) sql/upgrades/0.2.0/12-did-binding-proof.sql
+
+-- Issue 12: the challenges a did:key's holder signs to prove possession when the key is bound.
+-- Working state (single use, five minutes), not history.
+CREATE TABLE querylayer.did_challenges (
+    challenge  text PRIMARY KEY CHECK (challenge ~ '^qlch_[0-9a-f]{64}$'),
+    site_id    uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    did        text NOT NULL CHECK (querylayer.did_key_valid(did)),
+    issued_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at timestamptz NOT NULL,
+    issued_by  text NOT NULL,
+    used_at    timestamptz
+);
+CREATE INDEX did_challenges_site_expiry ON querylayer.did_challenges (site_id, expires_at);
+SELECT querylayer.isolate_by_site('querylayer.did_challenges'::regclass);
+
+-- (c) sql/upgrades/0.2.0/12-envelope-routes.sql
+
+-- Issue 12: a context made by an envelope runs only the functions mapped to the route its
+-- sender signed.
+CREATE TABLE querylayer.envelope_routes (
+    method        text NOT NULL CHECK (method ~ '^[A-Z]{1,16}$'),
+    path          text NOT NULL CHECK (path ~ '^/[!-~]*$' AND length(path) <= 512),
+    function_name text NOT NULL CHECK (function_name ~ '^querylayer_api\.[a-z_]+$'),
+    PRIMARY KEY (method, path, function_name)
+);
+INSERT INTO querylayer.envelope_routes (method, path, function_name) VALUES
+    ('POST', '/v1/answer', 'querylayer_api.answer_signed_request'),
+    ('POST', '/v1/answer', 'querylayer_api.prepare_signed_answer'),
+    ('POST', '/v1/answer', 'querylayer_api.complete_answer'),
+    ('POST', '/v1/models/import/osi', 'querylayer_api.import_semantic_model');
+
+-- (c) sql/upgrades/0.2.0/12-pin-search-path.sql
+
+-- Issue 12: every SQL and PL/pgSQL function of the extension runs with
+-- search_path = pg_catalog, pg_temp, whoever calls it (sql/990_privileges.sql does the same on
+-- a fresh install; this covers functions an upgrade re-created without the setting).
+DO $pin$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT p.oid::pg_catalog.regprocedure AS fn
+               FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang
+              WHERE p.pronamespace OPERATOR(pg_catalog.=) ANY (ARRAY['querylayer'::pg_catalog.regnamespace,
+                                                                     'querylayer_api'::pg_catalog.regnamespace]::pg_catalog.oid[])
+                AND l.lanname OPERATOR(pg_catalog.<>) 'c'::pg_catalog.name
+                AND NOT coalesce('search_path=pg_catalog, pg_temp'::pg_catalog.text OPERATOR(pg_catalog.=) ANY (p.proconfig), false) LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, pg_temp', r.fn);
+    END LOOP;
+END
+$pin$;
+
+-- (c) sql/upgrades/0.2.0/12-runtime-role-timeouts.sql
+
+-- Issue 12: no statement of a runtime role runs for ever, and a transaction left open (holding
+-- a request context and its credential's lock) ends by itself. Role settings are cluster-wide.
+ALTER ROLE querylayer_edge SET statement_timeout = '30s';
+ALTER ROLE querylayer_edge SET idle_in_transaction_session_timeout = '60s';
+ALTER ROLE querylayer_worker SET statement_timeout = '60s';
+ALTER ROLE querylayer_worker SET idle_in_transaction_session_timeout = '60s';
+
 -- (c) sql/upgrades/0.2.0/13-run-extension-version.sql
 
 -- 0.2.0: runs record the extension version that wrote them (sql/060_runs.sql), which opens form
 -- 2 of runs. Earlier runs keep NULL and form 1.
 ALTER TABLE querylayer.runs ADD COLUMN extension_version text;
 ALTER TABLE querylayer.runs ALTER COLUMN extension_version SET DEFAULT querylayer.installed_version();
-SELECT querylayer.add_ledger_form('querylayer.runs');
+SELECT querylayer.add_ledger_form('querylayer.runs'::regclass);
 
 -- (d) triggers, policies, privileges, owners, comments, backups and ledger forms of a fresh 0.2.0
 -- install; then what 0.1.0 had and 0.2.0 has not
@@ -6043,6 +6553,11 @@ ALTER TABLE querylayer.did_bindings ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.did_bindings FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.did_bindings FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+ALTER TABLE querylayer.did_challenges OWNER TO querylayer_owner;
+ALTER TABLE querylayer.did_challenges ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.did_challenges FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.did_challenges FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.envelope_nonces OWNER TO querylayer_owner;
 ALTER TABLE querylayer.envelope_nonces DISABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.envelope_nonces NO FORCE ROW LEVEL SECURITY;
@@ -6054,6 +6569,11 @@ ALTER TABLE querylayer.envelope_receipts FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.envelope_receipts FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 REVOKE ALL ON SEQUENCE querylayer.envelope_receipts_id_seq FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.envelope_routes OWNER TO querylayer_owner;
+ALTER TABLE querylayer.envelope_routes DISABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.envelope_routes NO FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.envelope_routes FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.evidence_attempts OWNER TO querylayer_owner;
 ALTER TABLE querylayer.evidence_attempts ENABLE ROW LEVEL SECURITY;
@@ -6617,6 +7137,9 @@ CREATE POLICY did_bind ON querylayer.did_bindings AS PERMISSIVE FOR INSERT TO PU
 DROP POLICY IF EXISTS did_lookup ON querylayer.did_bindings;
 CREATE POLICY did_lookup ON querylayer.did_bindings AS PERMISSIVE FOR SELECT TO PUBLIC USING ((did_sha256 = querylayer.ctx_presented_fingerprint()));
 
+DROP POLICY IF EXISTS site_isolation ON querylayer.did_challenges;
+CREATE POLICY site_isolation ON querylayer.did_challenges AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
 DROP POLICY IF EXISTS receipts_read ON querylayer.envelope_receipts;
 CREATE POLICY receipts_read ON querylayer.envelope_receipts AS PERMISSIVE FOR SELECT TO PUBLIC USING (((site_id = querylayer.ctx_site_id()) OR ((site_id IS NULL) AND querylayer.ctx_is_operator())));
 
@@ -6751,11 +7274,15 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.credentials', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.did_bindings', '');
 
+SELECT pg_catalog.pg_extension_config_dump('querylayer.did_challenges', '');
+
 SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_nonces', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_receipts', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_receipts_id_seq', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_routes', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.evidence_attempts', '');
 
@@ -6853,5 +7380,11 @@ SELECT querylayer.ensure_ledger_form('querylayer.runs', 2::smallint, '{agent_id,
 
 SELECT querylayer.ensure_ledger_form('querylayer.semantic_models', 1::smallint, '{connection_id,document,id,imported_at,imported_by,name,site_id,source_sha256,version}');
 
+DROP FUNCTION IF EXISTS querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean);
+
 DROP FUNCTION IF EXISTS querylayer.ledger_content(jsonb);
+
+DROP FUNCTION IF EXISTS querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text);
+
+DROP FUNCTION IF EXISTS querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean);
 
