@@ -3,6 +3,7 @@
 
 mod content;
 mod context;
+mod faults;
 mod immutability;
 mod install;
 mod isolation;

@@ -1,0 +1,34 @@
+-- Issue 14: retention (sql/020_ledger.sql, sql/160_retention.sql): the registry of tables that
+-- age by month, and the signed record of what retention drops (retention_summaries is chained).
+CREATE TABLE querylayer.aging_tables (
+    table_name  text PRIMARY KEY,
+    time_column text NOT NULL
+);
+
+CREATE TABLE querylayer.retention_drops (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    table_name     text NOT NULL,
+    partition_name text NOT NULL,
+    range_from     timestamptz,
+    range_to       timestamptz,
+    rows           bigint NOT NULL,
+    bytes          bigint NOT NULL,
+    statement      jsonb NOT NULL,
+    signature      text NOT NULL,
+    server_key_id  uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
+    dropped_by     text NOT NULL,
+    dropped_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+SELECT querylayer.make_append_only('querylayer.retention_drops');
+
+CREATE TABLE querylayer.retention_summaries (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id        uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    drop_id        uuid NOT NULL REFERENCES querylayer.retention_drops ON DELETE RESTRICT,
+    statement      jsonb NOT NULL,
+    signature      text NOT NULL,
+    server_key_id  uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+SELECT querylayer.isolate_by_site('querylayer.retention_summaries');
+SELECT querylayer.make_chained('querylayer.retention_summaries');
