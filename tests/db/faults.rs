@@ -53,7 +53,7 @@ fn a_held_site_history_answers_busy_in_bounded_time_and_other_sites_go_on() {
     let mut held = holder.transaction().unwrap();
     held.execute(
         "SELECT 1 FROM querylayer.ledger_heads h JOIN querylayer.sites s ON s.id = h.site_id
-          WHERE s.slug = 'site-a' FOR UPDATE",
+          WHERE s.slug = 'site-a' FOR NO KEY UPDATE OF h",
         &[],
     )
     .unwrap();
