@@ -40,6 +40,10 @@ GRANT EXECUTE ON FUNCTION querylayer_api.authenticate, querylayer_api.authentica
     TO querylayer_edge;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA querylayer_api TO querylayer_admin;
 
+-- The owner may create tables in its schema for one reason: the month partitions of the aging
+-- tables (extension/src/partitions.rs). refuse_owner_ddl below refuses every other DDL it tries.
+GRANT CREATE ON SCHEMA querylayer TO querylayer_owner;
+
 -- The owner role exists to own; it is never meant to act. Refuse any DDL it attempts (for
 -- example ALTER TABLE … DISABLE TRIGGER, which a table owner could otherwise run). The one
 -- exception is the extension's own partition maintenance (extension/src/partitions.rs), which

@@ -130,10 +130,25 @@ fn create_time_partition(parent: &str, year: Option<i32>, month: Option<i32>) ->
         ),
     ];
     // At install and upgrade a superuser runs this; the owner role owns every table.
-    if unsafe { pg_sys::superuser() } {
+    let superuser = unsafe { pg_sys::superuser() };
+    if superuser {
         statements.push(format!("ALTER TABLE {qualified} OWNER TO querylayer_owner"));
     }
     run_ddl(&statements);
+    // What an extension script creates belongs to the extension and could never be dropped on
+    // its own; a partition is data that ages out, so it is let go (pg_dump then keeps its rows).
+    let member = Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_depend
+                         WHERE classid = 'pg_catalog.pg_class'::regclass
+                           AND objid = pg_catalog.to_regclass($1) AND deptype = 'e')",
+        &[qualified.clone().into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    if member && superuser {
+        run_ddl(&[format!("ALTER EXTENSION querylayer DROP TABLE {qualified}")]);
+    }
     // The row triggers cloned from the parent, like the parent's, fire in replica mode too.
     let triggers = Spi::connect(|client| {
         client

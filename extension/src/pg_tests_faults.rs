@@ -297,6 +297,21 @@ mod tests {
     }
 
     #[pg_test]
+    fn the_owner_creates_month_partitions_and_nothing_else() {
+        demo();
+        // As apply_retention runs: the owner, creating a month ahead.
+        Spi::run("SET LOCAL ROLE querylayer_owner").unwrap();
+        let name = Spi::get_one::<String>(
+            "SELECT querylayer.create_time_partition('querylayer.audit_events', 2099, 11)",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(name, "querylayer.audit_events_p209911");
+        let (state, _) = failure("CREATE TABLE querylayer.anything (x int)");
+        assert_eq!(state, "42501", "outside partition maintenance the owner creates nothing");
+    }
+
+    #[pg_test]
     fn a_month_inside_the_retention_window_is_not_dropped() {
         demo();
         let current = Spi::get_one::<String>(

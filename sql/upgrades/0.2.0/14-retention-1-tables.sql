@@ -1,5 +1,7 @@
 -- Issue 14: retention (sql/020_ledger.sql, sql/160_retention.sql): the registry of tables that
 -- age by month, and the signed record of what retention drops (retention_summaries is chained).
+-- The owner creates month partitions (only while partition maintenance runs: refuse_owner_ddl).
+GRANT CREATE ON SCHEMA querylayer TO querylayer_owner;
 CREATE TABLE querylayer.aging_tables (
     table_name  text PRIMARY KEY,
     time_column text NOT NULL
