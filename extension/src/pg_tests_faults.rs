@@ -98,6 +98,29 @@ mod tests {
     }
 
     #[pg_test]
+    fn the_documented_size_limits_are_the_tables() {
+        let doc = include_str!("../../docs/api.md");
+        let section = doc.split("### Size limits").nth(1).expect("docs/api.md has a Size limits section");
+        let mut documented: Vec<String> = section
+            .lines()
+            .skip_while(|l| !l.starts_with("|---"))
+            .skip(1)
+            .take_while(|l| l.starts_with("| `"))
+            .map(|l| l.replace(['`', ' '], ""))
+            .collect();
+        documented.sort();
+        let enforced = Spi::get_one::<String>(
+            "SELECT string_agg(format('|%s|%s|%s|%s|', table_name, column_name, argument, max_bytes), ' ')
+               FROM querylayer.value_limits",
+        )
+        .unwrap()
+        .unwrap();
+        let mut enforced: Vec<&str> = enforced.split(' ').collect();
+        enforced.sort();
+        assert_eq!(documented, enforced);
+    }
+
+    #[pg_test]
     fn the_limits_table_names_a_column_of_every_table_it_lists() {
         let missing = Spi::get_one::<i64>(
             "SELECT count(*) FROM querylayer.value_limits l
