@@ -476,7 +476,8 @@ impl ServerHandler for QueryLayerMcp {
         let arguments = request.arguments.clone();
         let mut ctx = ctx;
         let replayed = Arc::new(AtomicBool::new(false));
-        if self.writes.contains(tool) {
+        let keyed = arguments.as_ref().is_some_and(|a| a.contains_key("idempotency_key"));
+        if keyed && self.writes.contains(tool) {
             let sha256 = request_sha256(tool, arguments.as_ref());
             ctx.extensions.insert(WriteRequest { sha256, replayed: replayed.clone() });
         }
@@ -759,6 +760,9 @@ mod tests {
                 "{} needs a description",
                 tool.name
             );
+            // Every tool that writes takes an idempotency key (optional); no read-only tool does.
+            let keyed = input.get("properties").and_then(|p| p.get("idempotency_key")).is_some();
+            assert_eq!(keyed, !read_only, "{}: idempotency_key", tool.name);
             let schemas = serde_json::json!([input.as_ref(), output.as_ref()]);
             assert!(!has_boolean_subschema(&schemas), "{} has a boolean subschema: {schemas}", tool.name);
         }

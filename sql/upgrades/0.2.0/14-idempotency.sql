@@ -12,3 +12,4 @@ CREATE TABLE querylayer.idempotency_keys (
 );
 CREATE INDEX idempotency_keys_expiry ON querylayer.idempotency_keys (site_id, expires_at);
 SELECT querylayer.isolate_by_site('querylayer.idempotency_keys');
+ALTER TABLE querylayer.idempotency_keys OWNER TO querylayer_owner;

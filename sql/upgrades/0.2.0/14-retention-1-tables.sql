@@ -34,3 +34,6 @@ CREATE TABLE querylayer.retention_summaries (
 );
 SELECT querylayer.isolate_by_site('querylayer.retention_summaries');
 SELECT querylayer.make_chained('querylayer.retention_summaries');
+ALTER TABLE querylayer.aging_tables OWNER TO querylayer_owner;
+ALTER TABLE querylayer.retention_drops OWNER TO querylayer_owner;
+ALTER TABLE querylayer.retention_summaries OWNER TO querylayer_owner;

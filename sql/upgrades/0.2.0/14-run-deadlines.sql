@@ -19,3 +19,5 @@ INSERT INTO querylayer.run_deadlines (run_id, site_id, deadline_at)
 SELECT r.id, r.site_id, now() + make_interval(secs => 86400)
   FROM querylayer.runs r
  WHERE NOT EXISTS (SELECT 1 FROM querylayer.run_events e WHERE e.run_id = r.id AND e.kind = 'finished');
+ALTER TABLE querylayer.run_deadlines OWNER TO querylayer_owner;
+ALTER TABLE querylayer.run_deadline_sweeps OWNER TO querylayer_owner;

@@ -63,3 +63,4 @@ SELECT querylayer.limit_values('querylayer.connections', true);
 SELECT querylayer.limit_values('querylayer.member_tokens', true);
 SELECT querylayer.limit_values('querylayer.agent_sessions', true);
 SELECT querylayer.limit_values('querylayer.evidence_reviews', true);
+ALTER TABLE querylayer.value_limits OWNER TO querylayer_owner;

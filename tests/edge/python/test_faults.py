@@ -3,7 +3,6 @@ writes, runs that end, "retry later" as one JSON-RPC error the SDK surfaces, bou
 input that is refused rather than altered. (The fault tier, scripts/test-faults, injects the
 faults themselves: floods, held locks, crashes.)"""
 
-import json
 import subprocess
 import time
 import uuid
@@ -12,7 +11,7 @@ import httpx2
 import pytest
 from mcp import MCPError
 
-from harness import (EDGE, PG_PORT, TEST_DIR, Console, admin, mcp, member_token, mint, raw_post, structured,
+from harness import (EDGE, PG_PORT, TEST_DIR, Console, admin, issued, mcp, member_token, mint, structured,
                      superuser_sql, tool_error)
 
 pytestmark = pytest.mark.anyio
@@ -198,3 +197,18 @@ def test_readiness_does_not_need_a_pooled_connection():
     # The readiness check has its own session, visible by its application name.
     sessions = superuser_sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'querylayer-edge-readiness'")
     assert int(sessions) >= 1
+
+
+def test_a_replayed_connection_creation_never_shows_the_secret_again():
+    owner = Console(member_token())
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    body = {"agent": "demo-agent", "name": f"idem {uuid.uuid4().hex[:8]}", "scopes": ["site:read"], "expires_in": "1 hour"}
+    first = owner.http.post("/connections", json=body, headers=key)
+    assert first.status_code == 201
+    issued(first.json()["secret"])
+    again = owner.http.post("/connections", json=body, headers=key)
+    assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+    assert again.json()["connection_id"] == first.json()["connection_id"]
+    assert again.json()["secret"] is None
+    listed = [c for c in owner.get("/connections").json()["connections"] if c["name"] == body["name"]]
+    assert len(listed) == 1, "one connection"
