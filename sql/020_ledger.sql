@@ -117,6 +117,37 @@ BEGIN
 END
 $$;
 
+-- A site's history takes one writer at a time: its ledger_heads row. The wait for that row is
+-- bounded (setting ledger_lock_timeout_ms, 5 s by default): past it the call fails with QL503, a
+-- retryable "busy", so a transaction that holds one site's history cannot make the writers of
+-- that site hold their connections until the statement timeout. Taken once per transaction
+-- and site (the transaction-local marker only saves the second attempt; the UPDATE that follows
+-- locks the row whatever the marker says).
+CREATE FUNCTION querylayer.lock_ledger_head(p_site uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_saved   text;
+    v_timeout integer;
+BEGIN
+    IF pg_catalog.current_setting('querylayer.ledger_head_held', true) = p_site::text THEN
+        RETURN;
+    END IF;
+    v_saved := pg_catalog.current_setting('lock_timeout');
+    v_timeout := coalesce(querylayer.setting_int('ledger_lock_timeout_ms'::text), 5000);
+    PERFORM pg_catalog.set_config('lock_timeout', v_timeout::text, true);
+    BEGIN
+        PERFORM 1 FROM querylayer.ledger_heads WHERE site_id = p_site FOR NO KEY UPDATE;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM pg_catalog.set_config('lock_timeout', v_saved, true);
+        RAISE EXCEPTION 'the history of site % is busy: another transaction has held it for % ms', p_site, v_timeout
+            USING ERRCODE = 'QL503',
+                  HINT = 'retry the call shortly (with the same idempotency key); an operator finds the holder in pg_locks on querylayer.ledger_heads';
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_saved, true);
+    PERFORM pg_catalog.set_config('querylayer.ledger_head_held', p_site::text, true);
+END
+$$;
+
 CREATE FUNCTION querylayer.chain_append() RETURNS trigger
 LANGUAGE plpgsql
 SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' SET bytea_output = 'hex' SET extra_float_digits = 1 AS $$
@@ -137,6 +168,7 @@ BEGIN
     v_form := querylayer.newest_ledger_form(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
     NEW.ledger_form := v_form.form;
     v_content := querylayer.ledger_content(to_jsonb(NEW), v_form.fields);
+    PERFORM querylayer.lock_ledger_head(NEW.site_id);
     UPDATE querylayer.ledger_heads h
        SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || v_content)
      WHERE h.site_id = NEW.site_id
@@ -276,5 +308,99 @@ BEGIN
                 'problem', format('the ledger head says %s records; records after %s are missing', v_head.seq, v_seq)));
     END IF;
     RETURN jsonb_build_object('ok', true, 'checked', v_seq, 'head_sha256', encode(v_prev, 'hex'));
+END
+$$;
+
+-- -------------------------------------------------------------------------------------------
+-- Time partitions. The tables whose rows may age out — access records, never governed history —
+-- are partitioned by month on their time column, with a default partition that catches any row
+-- no month partition holds yet. A month leaves only whole, through querylayer_api.apply_retention
+-- (160_retention.sql), which first leaves a signed summary of it in each site's chain.
+-- Creating and dropping partitions is DDL, which querylayer_owner may not run (990_privileges.sql):
+-- the extension's partition functions (extension/src/partitions.rs) build exactly these
+-- statements, for the tables listed here, and the guard lets them through while they run.
+
+CREATE TABLE querylayer.aging_tables (
+    table_name  text PRIMARY KEY,   -- schema-qualified: querylayer.audit_events
+    time_column text NOT NULL
+);
+
+-- The months kept ready ahead of time (the current one included).
+CREATE FUNCTION querylayer.partition_months_ahead() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 3 $$;
+
+-- Creates the default partition and the months from this one to partition_months_ahead()
+-- months ahead, for every aging table (or one). Returns the partitions it created. A month whose
+-- rows already wait in the default partition is left there (with a warning) until they age out.
+CREATE FUNCTION querylayer.ensure_time_partitions(p_table text DEFAULT NULL) RETURNS text[]
+LANGUAGE plpgsql SET "TimeZone" = 'UTC' AS $$
+DECLARE
+    r         record;
+    v_month   date;
+    v_name    text;
+    v_created text[] := '{}';
+BEGIN
+    FOR r IN SELECT table_name FROM querylayer.aging_tables
+              WHERE p_table IS NULL OR table_name = p_table ORDER BY table_name LOOP
+        v_name := querylayer.create_time_partition(r.table_name, NULL::integer, NULL::integer);
+        IF v_name IS NOT NULL THEN
+            v_created := v_created || v_name;
+        END IF;
+        FOR i IN 0 .. querylayer.partition_months_ahead() LOOP
+            v_month := (date_trunc('month', pg_catalog.now()) + make_interval(months => i))::date;
+            BEGIN
+                v_name := querylayer.create_time_partition(r.table_name, extract(year FROM v_month)::integer,
+                                                           extract(month FROM v_month)::integer);
+            EXCEPTION WHEN check_violation THEN
+                RAISE WARNING 'rows of % for % wait in its default partition; that month gets no partition of its own',
+                    r.table_name, to_char(v_month, 'YYYY-MM');
+                v_name := NULL;
+            END;
+            IF v_name IS NOT NULL THEN
+                v_created := v_created || v_name;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN v_created;
+END
+$$;
+
+-- Registers a table partitioned by range on p_column as aging by month and creates its partitions.
+CREATE FUNCTION querylayer.age_by_month(p_table regclass, p_column name) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_name
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table AND c.relkind = 'p';
+    IF v_name IS NULL THEN
+        RAISE EXCEPTION '% is not a partitioned table', p_table;
+    END IF;
+    INSERT INTO querylayer.aging_tables (table_name, time_column) VALUES (v_name, p_column)
+    ON CONFLICT (table_name) DO NOTHING;
+    PERFORM querylayer.ensure_time_partitions(v_name);
+END
+$$;
+
+-- The partitions of the aging tables, with their ranges (NULL bounds: the default partition).
+CREATE FUNCTION querylayer.time_partitions()
+RETURNS TABLE (table_name text, partition_name text, range_from timestamptz, range_to timestamptz,
+               is_default boolean, bytes bigint)
+LANGUAGE plpgsql STABLE SET "TimeZone" = 'UTC' AS $$
+BEGIN
+    RETURN QUERY
+    SELECT a.table_name, format('%I.%I', pn.nspname, p.relname),
+           (regexp_match(pg_catalog.pg_get_expr(p.relpartbound, p.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
+           (regexp_match(pg_catalog.pg_get_expr(p.relpartbound, p.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz,
+           pg_catalog.pg_get_expr(p.relpartbound, p.oid) = 'DEFAULT',
+           pg_catalog.pg_total_relation_size(p.oid)
+      FROM querylayer.aging_tables a
+      JOIN pg_catalog.pg_class c ON c.relkind = 'p'
+      JOIN pg_catalog.pg_namespace cn ON cn.oid = c.relnamespace AND format('%I.%I', cn.nspname, c.relname) = a.table_name
+      JOIN pg_catalog.pg_inherits i ON i.inhparent = c.oid
+      JOIN pg_catalog.pg_class p ON p.oid = i.inhrelid
+      JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
+     ORDER BY 1, 3 NULLS FIRST;
 END
 $$;

@@ -1,8 +1,12 @@
 -- The audit trail: every mutation and every failed authentication. Append-only. It never holds
 -- a secret, a fingerprint or a token, and no argument values of agent calls beyond identifiers.
+-- It is an access log, not governed history (the chained tables are): it is partitioned by
+-- month and ages out whole months through querylayer_api.apply_retention, which leaves a
+-- signed summary of every month it drops in each site's chain (160_retention.sql).
 
+CREATE SEQUENCE querylayer.audit_event_ids AS bigint;
 CREATE TABLE querylayer.audit_events (
-    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id              bigint NOT NULL DEFAULT nextval('querylayer.audit_event_ids'),
     at              timestamptz NOT NULL DEFAULT clock_timestamp(),
     site_id         uuid REFERENCES querylayer.sites ON DELETE RESTRICT,
     organization_id uuid,
@@ -14,8 +18,10 @@ CREATE TABLE querylayer.audit_events (
     action          text NOT NULL,
     outcome         text NOT NULL DEFAULT 'ok',
     target          text,
-    detail          jsonb NOT NULL DEFAULT '{}'
-);
+    detail          jsonb NOT NULL DEFAULT '{}',
+    PRIMARY KEY (id, at)
+) PARTITION BY RANGE (at);
+ALTER SEQUENCE querylayer.audit_event_ids OWNED BY querylayer.audit_events.id;
 CREATE INDEX audit_events_site_at ON querylayer.audit_events (site_id, at);
 ALTER TABLE querylayer.audit_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.audit_events FORCE ROW LEVEL SECURITY;
@@ -26,6 +32,7 @@ CREATE POLICY audit_read ON querylayer.audit_events FOR SELECT
 CREATE POLICY audit_write ON querylayer.audit_events FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
 SELECT querylayer.make_append_only('querylayer.audit_events'::regclass);
+SELECT querylayer.age_by_month('querylayer.audit_events'::regclass, 'at'::name);
 
 -- Appends one audit record attributed to the current context.
 CREATE FUNCTION querylayer.audit(p_action text, p_target text DEFAULT NULL,

@@ -65,6 +65,26 @@ CREATE TABLE querylayer.run_artifacts (
 SELECT querylayer.isolate_by_site('querylayer.run_artifacts'::regclass);
 SELECT querylayer.make_chained('querylayer.run_artifacts'::regclass);
 
+-- Every run ends. Its deadline is fixed at begin_run (deadline_seconds, at most the operator's
+-- run_deadline_max_seconds, run_deadline_default_seconds when not given); the worker closes a
+-- run still open past it as cancelled with reason deadline_exceeded. A deadline never moves.
+CREATE TABLE querylayer.run_deadlines (
+    run_id      uuid PRIMARY KEY REFERENCES querylayer.runs ON DELETE RESTRICT,
+    site_id     uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    deadline_at timestamptz NOT NULL
+);
+CREATE INDEX run_deadlines_due ON querylayer.run_deadlines (site_id, deadline_at);
+SELECT querylayer.isolate_by_site('querylayer.run_deadlines'::regclass);
+SELECT querylayer.make_append_only('querylayer.run_deadlines'::regclass);
+
+-- How far the worker has looked for overdue runs, per site (so that a pass reads only the
+-- deadlines that fell due since the previous one).
+CREATE TABLE querylayer.run_deadline_sweeps (
+    site_id      uuid PRIMARY KEY REFERENCES querylayer.sites ON DELETE RESTRICT,
+    swept_until  timestamptz NOT NULL
+);
+SELECT querylayer.isolate_by_site('querylayer.run_deadline_sweeps'::regclass);
+
 -- The run rules, held by the tables themselves: a record belongs to its run's site and
 -- connection, a finished run accepts nothing, and "completed" is impossible while a required
 -- output is missing. The run row is locked so that a finish and an artifact cannot interleave.
@@ -94,7 +114,12 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', NEW.run_id USING ERRCODE = 'QL404';
     END IF;
-    IF NEW.site_id <> v_run.site_id OR NEW.connection_id <> v_run.connection_id THEN
+    IF NEW.site_id <> v_run.site_id THEN
+        RAISE EXCEPTION 'run % belongs to another connection', NEW.run_id USING ERRCODE = 'QL403';
+    END IF;
+    IF v_outcome = 'finished' THEN
+        PERFORM querylayer.check_run_closer(v_run, NEW.agent_id, NEW.connection_id, NEW.outcome);
+    ELSIF NEW.connection_id <> v_run.connection_id THEN
         RAISE EXCEPTION 'run % belongs to another connection', NEW.run_id USING ERRCODE = 'QL403';
     END IF;
     IF TG_TABLE_NAME = 'run_events' THEN
@@ -125,6 +150,39 @@ ALTER TABLE querylayer.run_events ENABLE ALWAYS TRIGGER aa_run_records_guard;
 CREATE TRIGGER aa_run_records_guard BEFORE INSERT ON querylayer.run_artifacts
     FOR EACH ROW EXECUTE FUNCTION querylayer.run_records_guard();
 ALTER TABLE querylayer.run_artifacts ENABLE ALWAYS TRIGGER aa_run_records_guard;
+
+-- Who may write a run's finished event. The run's own agent, through any of its connections on
+-- the site (the event names that connection): a run outlives a revoked or expired connection.
+-- An owner or admin of the site, an operator, or the worker (an operator context) may close it as
+-- cancelled only, in the run's own agent's and connection's name (the reasons say who closed it).
+-- Never another agent.
+CREATE FUNCTION querylayer.check_run_closer(p_run querylayer.runs, p_agent uuid, p_connection uuid, p_outcome text)
+RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF querylayer.ctx_kind() = 'connection' THEN
+        IF querylayer.ctx_agent_id() IS DISTINCT FROM p_run.agent_id
+           OR p_agent IS DISTINCT FROM p_run.agent_id
+           OR p_connection IS DISTINCT FROM querylayer.ctx_connection_id() THEN
+            RAISE EXCEPTION 'run % belongs to another agent', p_run.id USING ERRCODE = 'QL403';
+        END IF;
+        RETURN;
+    END IF;
+    IF querylayer.ctx_kind() = 'member' AND querylayer.ctx_member_role() NOT IN ('owner', 'admin') THEN
+        RAISE EXCEPTION 'a member with role % may not close runs (requires owner or admin)', querylayer.ctx_member_role()
+            USING ERRCODE = 'QL403';
+    END IF;
+    IF querylayer.ctx_kind() = 'member' OR querylayer.ctx_is_operator() THEN
+        IF p_outcome IS DISTINCT FROM 'cancelled' OR p_agent IS DISTINCT FROM p_run.agent_id
+           OR p_connection IS DISTINCT FROM p_run.connection_id THEN
+            RAISE EXCEPTION 'run % can only be cancelled, in its own agent''s name, by anyone but its agent', p_run.id
+                USING ERRCODE = 'QL403';
+        END IF;
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'no authenticated principal may close run % in this transaction', p_run.id USING ERRCODE = 'QL401';
+END
+$$;
 
 CREATE FUNCTION querylayer.missing_outputs(p_run querylayer.runs) RETURNS text[]
 LANGUAGE plpgsql STABLE AS $$
@@ -189,6 +247,7 @@ BEGIN
         'outcome', f.outcome, 'requested_outcome', f.requested_outcome,
         'reason_code', f.reason_code, 'reasons', f.reasons,
         'missing_outputs', to_jsonb(f.missing_outputs), 'summary', f.summary, 'finished_at', f.created_at,
+        'deadline_at', (SELECT d.deadline_at FROM querylayer.run_deadlines d WHERE d.run_id = p_run.id),
         'artifact_keys', (SELECT coalesce(jsonb_agg(a.key ORDER BY a.key), '[]')
                             FROM querylayer.run_artifacts a WHERE a.run_id = p_run.id))
       FROM (SELECT 1) AS one
@@ -203,13 +262,20 @@ CREATE FUNCTION querylayer_api.begin_run(
     p_run_type text,
     p_input jsonb DEFAULT '{}',
     p_required_outputs text[] DEFAULT '{}',
-    p_completion_conditions text[] DEFAULT '{}'
+    p_completion_conditions text[] DEFAULT '{}',
+    p_deadline_seconds integer DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_run querylayer.runs;
+    v_run      querylayer.runs;
+    v_max      integer := querylayer.setting_int('run_deadline_max_seconds'::text);
+    v_deadline integer := coalesce(p_deadline_seconds, querylayer.setting_int('run_deadline_default_seconds'::text));
 BEGIN
     PERFORM querylayer.require_connection('runs:write'::text);
+    IF v_deadline IS NULL OR v_deadline NOT BETWEEN 1 AND v_max THEN
+        RAISE EXCEPTION 'deadline_seconds must be between 1 and % (the operator''s run_deadline_max_seconds); got %',
+            v_max, coalesce(p_deadline_seconds::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
     IF p_run_type IS NULL OR p_run_type !~ '^[a-z][a-z0-9_.:-]{0,79}$' THEN
         RAISE EXCEPTION 'run_type must be a stable identifier (lowercase, digits and _.:-, at most 80); got %',
             coalesce(quote_literal(p_run_type), 'NULL') USING ERRCODE = '22023';
@@ -229,6 +295,8 @@ BEGIN
     RETURNING * INTO v_run;
     INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness)
     VALUES (v_run.site_id, v_run.id, 'started', v_run.agent_id, v_run.connection_id, v_run.harness);
+    INSERT INTO querylayer.run_deadlines (run_id, site_id, deadline_at)
+    VALUES (v_run.id, v_run.site_id, v_run.started_at + make_interval(secs => v_deadline));
     PERFORM querylayer.audit('run.begin'::text, v_run.id::text, jsonb_build_object('run_type', v_run.run_type));
     RETURN querylayer.run_json(v_run);
 END
@@ -259,9 +327,6 @@ BEGIN
     END IF;
     IF p_value IS NULL THEN
         RAISE EXCEPTION 'an artifact needs a JSON value' USING ERRCODE = '22023';
-    END IF;
-    IF pg_column_size(p_value) > 1048576 THEN
-        RAISE EXCEPTION 'artifact % is larger than 1 MiB; store a reference instead', p_key USING ERRCODE = '22023';
     END IF;
     IF EXISTS (SELECT 1 FROM querylayer.run_artifacts WHERE run_id = p_run_id AND key = p_key) THEN
         RAISE EXCEPTION 'artifact % was already recorded in run %; artifacts are immutable', p_key, p_run_id
@@ -306,8 +371,9 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
     END IF;
-    IF v_run.connection_id <> querylayer.ctx_connection_id() THEN
-        RAISE EXCEPTION 'run % belongs to another connection', p_run_id USING ERRCODE = 'QL403';
+    -- Any connection of the run's own agent may finish it (one that began it may be gone).
+    IF v_run.agent_id <> querylayer.ctx_agent_id() THEN
+        RAISE EXCEPTION 'run % belongs to another agent', p_run_id USING ERRCODE = 'QL403';
     END IF;
     IF p_outcome IN ('completed', 'completed_with_warnings') THEN
         v_missing := querylayer.missing_outputs(v_run);
@@ -325,6 +391,110 @@ BEGIN
     PERFORM querylayer.audit('run.finish'::text, v_run.id::text,
         jsonb_build_object('outcome', v_outcome, 'requested_outcome', p_outcome, 'reason_code', v_reason));
     RETURN querylayer.run_json(v_run);
+END
+$$;
+
+-- Closes an open run as cancelled on behalf of someone other than its agent: an owner or admin
+-- (cancelled_by_member), an operator (cancelled_by_operator), the worker at the deadline
+-- (deadline_exceeded). The finished event keeps the run's agent and connection and records in
+-- its reasons who closed it and why; check_run_closer admits nobody else.
+CREATE FUNCTION querylayer.close_run(p_run_id uuid, p_reason_code text, p_closed_by jsonb, p_message text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run     querylayer.runs;
+    v_outcome text;
+    v_reason  jsonb;
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(p_run_id::text, 7));
+    SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
+    END IF;
+    SELECT outcome INTO v_outcome FROM querylayer.run_events WHERE run_id = p_run_id AND kind = 'finished';
+    IF FOUND THEN
+        RAISE EXCEPTION 'run % is finished (%); there is nothing to cancel', p_run_id, v_outcome
+            USING ERRCODE = 'QL410';
+    END IF;
+    v_reason := jsonb_build_object('code', p_reason_code, 'closed_by', p_closed_by);
+    IF p_message IS NOT NULL THEN
+        v_reason := v_reason || jsonb_build_object('message', p_message);
+    END IF;
+    INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness, outcome,
+                                       requested_outcome, reason_code, reasons)
+    VALUES (v_run.site_id, v_run.id, 'finished', v_run.agent_id, v_run.connection_id, v_run.harness,
+            'cancelled', 'cancelled', p_reason_code, jsonb_build_array(v_reason));
+    PERFORM querylayer.audit('run.close'::text, v_run.id::text,
+        jsonb_build_object('reason_code', p_reason_code, 'closed_by', p_closed_by->>'kind'));
+    RETURN querylayer.run_json(v_run);
+END
+$$;
+
+-- An owner or admin cancels an open run from the console.
+CREATE FUNCTION querylayer_api.console_cancel_run(p_run_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    RETURN querylayer.close_run(p_run_id, 'cancelled_by_member'::text,
+        jsonb_build_object('kind', 'member', 'member_id', querylayer.ctx_member_id(), 'role', querylayer.ctx_member_role()),
+        p_reason);
+END
+$$;
+
+-- An operator cancels an open run (querylayer admin cancel-run).
+CREATE FUNCTION querylayer_api.cancel_run(p_site text, p_run_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator((querylayer.site_by_slug(p_site)).id);
+    RETURN querylayer.close_run(p_run_id, 'cancelled_by_operator'::text,
+        jsonb_build_object('kind', 'operator', 'role', querylayer.outer_user()), p_reason);
+END
+$$;
+
+-- The worker's pass: closes every open run whose deadline has passed, on every site (at most
+-- p_limit per site and pass). Returns {"closed": n, "run_ids": [...]}.
+CREATE FUNCTION querylayer_api.worker_close_expired_runs(p_limit integer DEFAULT 100) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site   uuid;
+    v_from   timestamptz;
+    v_now    timestamptz := pg_catalog.now();
+    v_closed uuid[] := '{}';
+    v_taken  integer;
+    r        record;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 10000' USING ERRCODE = '22023';
+    END IF;
+    FOR v_site IN SELECT id FROM querylayer.sites ORDER BY id LOOP
+        PERFORM querylayer.enter_operator(v_site);
+        -- Deadlines are never in the past when written; an hour of overlap covers the
+        -- transactions that were still open at the previous pass.
+        SELECT swept_until - interval '1 hour' INTO v_from FROM querylayer.run_deadline_sweeps WHERE site_id = v_site;
+        v_taken := 0;
+        FOR r IN SELECT d.run_id, d.deadline_at FROM querylayer.run_deadlines d
+                  WHERE d.site_id = v_site AND d.deadline_at <= v_now
+                    AND (v_from IS NULL OR d.deadline_at > v_from)
+                    AND NOT EXISTS (SELECT 1 FROM querylayer.run_events e WHERE e.run_id = d.run_id AND e.kind = 'finished')
+                  ORDER BY d.deadline_at LIMIT p_limit LOOP
+            BEGIN
+                PERFORM querylayer.close_run(r.run_id, 'deadline_exceeded'::text,
+                    jsonb_build_object('kind', 'worker', 'role', querylayer.outer_user(), 'deadline_at', r.deadline_at),
+                    'the run passed its deadline while open'::text);
+                v_closed := v_closed || r.run_id;
+            EXCEPTION WHEN SQLSTATE 'QL410' THEN
+                NULL;  -- finished meanwhile by its agent
+            END;
+            v_taken := v_taken + 1;
+        END LOOP;
+        IF v_taken < p_limit THEN
+            INSERT INTO querylayer.run_deadline_sweeps (site_id, swept_until) VALUES (v_site, v_now)
+            ON CONFLICT (site_id) DO UPDATE SET swept_until = EXCLUDED.swept_until;
+        END IF;
+    END LOOP;
+    RETURN jsonb_build_object('closed', cardinality(v_closed), 'run_ids', to_jsonb(v_closed));
 END
 $$;
 
@@ -392,4 +562,6 @@ END
 $$;
 
 GRANT EXECUTE ON FUNCTION querylayer_api.begin_run, querylayer_api.record_artifact, querylayer_api.finish_run,
-    querylayer_api.get_run, querylayer_api.list_runs, querylayer_api.site_context TO querylayer_edge;
+    querylayer_api.get_run, querylayer_api.list_runs, querylayer_api.site_context,
+    querylayer_api.console_cancel_run TO querylayer_edge;
+GRANT EXECUTE ON FUNCTION querylayer_api.worker_close_expired_runs TO querylayer_worker;

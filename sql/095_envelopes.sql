@@ -3,7 +3,10 @@
 
 CREATE TABLE querylayer.settings (
     key        text PRIMARY KEY CHECK (key IN ('server_did', 'envelope_require_v2', 'envelope_freshness_seconds',
-                                                 'evidence_reverify_after_days', 'form_rejected_retention_days')),
+                                                 'evidence_reverify_after_days', 'form_rejected_retention_days',
+                                                 'ledger_lock_timeout_ms', 'run_deadline_default_seconds',
+                                                 'run_deadline_max_seconds', 'idempotency_key_ttl_hours',
+                                                 'audit_retention_days', 'readiness_min_free_mb')),
     value      jsonb NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now(),
     updated_by text NOT NULL DEFAULT 'install'
@@ -13,7 +16,14 @@ INSERT INTO querylayer.settings (key, value) VALUES
     ('envelope_require_v2', 'false'),
     ('envelope_freshness_seconds', '300'),
     ('evidence_reverify_after_days', '30'),
-    ('form_rejected_retention_days', '30');
+    ('form_rejected_retention_days', '30'),
+    -- Staying up under faults (docs/edge.md, "Faults and retries").
+    ('ledger_lock_timeout_ms', '5000'),
+    ('run_deadline_default_seconds', '86400'),
+    ('run_deadline_max_seconds', '604800'),
+    ('idempotency_key_ttl_hours', '24'),
+    ('audit_retention_days', '90'),
+    ('readiness_min_free_mb', '64');
 
 -- A restore (docs/operations.md) brings every setting as it was dumped, in place of the row this
 -- install seeded. Fires in replica mode only, and only a restoring superuser gets past the test.
@@ -182,8 +192,10 @@ BEGIN
 END
 $$;
 
+-- Receipts are access records: partitioned by month, they age out like the audit trail.
+CREATE SEQUENCE querylayer.envelope_receipt_ids AS bigint;
 CREATE TABLE querylayer.envelope_receipts (
-    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id            bigint NOT NULL DEFAULT nextval('querylayer.envelope_receipt_ids'),
     at            timestamptz NOT NULL DEFAULT clock_timestamp(),
     site_id       uuid REFERENCES querylayer.sites ON DELETE RESTRICT,
     connection_id uuid,
@@ -193,8 +205,10 @@ CREATE TABLE querylayer.envelope_receipts (
     profile       text,
     sender        text,
     error         text,
-    checks        jsonb
-);
+    checks        jsonb,
+    PRIMARY KEY (id, at)
+) PARTITION BY RANGE (at);
+ALTER SEQUENCE querylayer.envelope_receipt_ids OWNED BY querylayer.envelope_receipts.id;
 ALTER TABLE querylayer.envelope_receipts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.envelope_receipts FORCE ROW LEVEL SECURITY;
 CREATE POLICY receipts_read ON querylayer.envelope_receipts FOR SELECT
@@ -202,6 +216,7 @@ CREATE POLICY receipts_read ON querylayer.envelope_receipts FOR SELECT
 CREATE POLICY receipts_write ON querylayer.envelope_receipts FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
 SELECT querylayer.make_append_only('querylayer.envelope_receipts'::regclass);
+SELECT querylayer.age_by_month('querylayer.envelope_receipts'::regclass, 'at'::name);
 
 CREATE FUNCTION querylayer.record_envelope_receipt(p jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -215,6 +230,39 @@ $$;
 
 -- -------------------------------------------------------------------------------------------
 -- Operators.
+
+-- The integer settings of faults and retention, each within its range.
+CREATE FUNCTION querylayer.integer_setting(p_key text, p_value text) RETURNS integer
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_min integer;
+    v_max integer;
+    v_unit text;
+BEGIN
+    SELECT lo, hi, unit INTO v_min, v_max, v_unit FROM (VALUES
+        ('ledger_lock_timeout_ms', 100, 60000, 'milliseconds'),
+        ('run_deadline_default_seconds', 1, 31536000, 'seconds'),
+        ('run_deadline_max_seconds', 1, 31536000, 'seconds'),
+        ('idempotency_key_ttl_hours', 1, 8760, 'hours'),
+        ('audit_retention_days', 1, 36500, 'days'),
+        ('readiness_min_free_mb', 0, 1048576, 'MiB')) AS r(key, lo, hi, unit)
+     WHERE r.key = p_key;
+    IF p_value IS NULL OR p_value !~ '^[0-9]{1,9}$' OR p_value::integer NOT BETWEEN v_min AND v_max THEN
+        RAISE EXCEPTION '% must be a number of % between % and %', p_key, v_unit, v_min, v_max USING ERRCODE = '22023';
+    END IF;
+    IF p_key = 'run_deadline_default_seconds'
+       AND p_value::integer > querylayer.setting_int('run_deadline_max_seconds'::text) THEN
+        RAISE EXCEPTION 'run_deadline_default_seconds may not exceed run_deadline_max_seconds (%)',
+            querylayer.setting_int('run_deadline_max_seconds'::text) USING ERRCODE = '22023';
+    END IF;
+    IF p_key = 'run_deadline_max_seconds'
+       AND p_value::integer < querylayer.setting_int('run_deadline_default_seconds'::text) THEN
+        RAISE EXCEPTION 'run_deadline_max_seconds may not be below run_deadline_default_seconds (%)',
+            querylayer.setting_int('run_deadline_default_seconds'::text) USING ERRCODE = '22023';
+    END IF;
+    RETURN p_value::integer;
+END
+$$;
 
 CREATE FUNCTION querylayer_api.set_setting(p_key text, p_value text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -244,9 +292,12 @@ BEGIN
                 RAISE EXCEPTION '% must be a number of days between 0 and 3650', p_key USING ERRCODE = '22023';
             END IF;
             v := to_jsonb(p_value::integer);
+        WHEN 'ledger_lock_timeout_ms', 'run_deadline_default_seconds', 'run_deadline_max_seconds',
+             'idempotency_key_ttl_hours', 'audit_retention_days', 'readiness_min_free_mb' THEN
+            v := to_jsonb(querylayer.integer_setting(p_key, p_value));
         ELSE
-            RAISE EXCEPTION 'unknown setting %; known: server_did, envelope_require_v2, envelope_freshness_seconds, evidence_reverify_after_days, form_rejected_retention_days',
-                coalesce(quote_literal(p_key), 'NULL') USING ERRCODE = '22023';
+            RAISE EXCEPTION 'unknown setting %; known: %', coalesce(quote_literal(p_key), 'NULL'),
+                (SELECT string_agg(key, ', ' ORDER BY key) FROM querylayer.settings) USING ERRCODE = '22023';
     END CASE;
     UPDATE querylayer.settings SET value = v, updated_at = now(), updated_by = querylayer.outer_user() WHERE key = p_key;
     PERFORM querylayer.audit('setting.set'::text, p_key, jsonb_build_object('value', v));

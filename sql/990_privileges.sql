@@ -58,13 +58,22 @@ GRANT EXECUTE ON FUNCTION querylayer_api.authenticate, querylayer_api.authentica
     TO querylayer_edge;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA querylayer_api TO querylayer_admin;
 
+-- The owner may create tables in its schema for one reason: the month partitions of the aging
+-- tables (extension/src/partitions.rs). refuse_owner_ddl below refuses every other DDL it tries.
+GRANT CREATE ON SCHEMA querylayer TO querylayer_owner;
+
 -- The owner role exists to own; it is never meant to act. Refuse any DDL it attempts (for
--- example ALTER TABLE … DISABLE TRIGGER, which a table owner could otherwise run).
+-- example ALTER TABLE … DISABLE TRIGGER, which a table owner could otherwise run). The one
+-- exception is the extension's own partition maintenance (extension/src/partitions.rs), which
+-- creates and drops month partitions of the aging tables while it runs, and nothing else.
 CREATE FUNCTION querylayer.refuse_owner_ddl() RETURNS event_trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF pg_catalog.pg_has_role(current_user, 'querylayer_owner', 'USAGE')
        AND NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+        IF querylayer.partition_maintenance_active() THEN
+            RETURN;
+        END IF;
         RAISE EXCEPTION 'querylayer_owner may not run DDL (%); schema changes go through extension upgrades', tg_tag
             USING ERRCODE = '42501';
     END IF;

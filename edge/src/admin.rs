@@ -233,6 +233,26 @@ pub enum AdminCommand {
         #[arg(long)]
         site: String,
     },
+    /// Cancel an open run (its history records that an operator closed it, and why).
+    CancelRun {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        run: uuid::Uuid,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Apply retention now: keep month partitions ready, drop every month older than
+    /// audit_retention_days (leaving a signed summary in each site's chain), delete expired
+    /// idempotency keys and spent nonces. `querylayer worker` runs this on a schedule.
+    ApplyRetention,
+    /// The month partitions of the tables that age out, with their sizes.
+    ListPartitions,
+    /// What retention dropped, with the signed summaries and whether each signature verifies.
+    ListRetentionDrops {
+        #[arg(long, default_value_t = 50)]
+        limit: i32,
+    },
 }
 
 /// Reads a JSON document from a file, or from stdin for `-`.
@@ -352,6 +372,14 @@ impl AdminCommand {
                 Call::new("set_setting").arg("p_key", key).arg("p_value", value)
             }
             AdminCommand::MakeEvidenceDue { site } => Call::new("make_evidence_jobs_due").arg("p_site", site),
+            AdminCommand::CancelRun { site, run, reason } => {
+                Call::new("cancel_run").arg("p_site", site).arg("p_run_id", run).opt("p_reason", reason)
+            }
+            AdminCommand::ApplyRetention => Call::new("apply_retention"),
+            AdminCommand::ListPartitions => Call::rows("list_time_partitions"),
+            AdminCommand::ListRetentionDrops { limit } => {
+                Call::rows("list_retention_drops").arg("p_limit", limit)
+            }
         }
     }
 }
@@ -472,6 +500,7 @@ enum CommandKind {
     List,
     Audit,
     Demo,
+    Rows,
     Other,
 }
 
@@ -482,6 +511,7 @@ impl CommandKind {
             AdminCommand::ListConnections { .. } => CommandKind::List,
             AdminCommand::ListAudit { .. } => CommandKind::Audit,
             AdminCommand::SeedDemo => CommandKind::Demo,
+            AdminCommand::ListPartitions | AdminCommand::ListRetentionDrops { .. } => CommandKind::Rows,
             _ => CommandKind::Other,
         }
     }
@@ -552,6 +582,14 @@ fn print_text(kind: CommandKind, value: &Value) {
         CommandKind::Demo => {
             print_fields(value, "");
             println!("\nThe connection secret and the member token are shown once; store them now.");
+        }
+        CommandKind::Rows => {
+            for (i, row) in value.as_array().cloned().unwrap_or_default().iter().enumerate() {
+                if i > 0 {
+                    println!();
+                }
+                print_fields(row, "");
+            }
         }
         CommandKind::Other => print_fields(value, ""),
     }

@@ -74,7 +74,7 @@ pub async fn require_connection(State(state): State<AppState>, mut request: Requ
             state.db.record_failed_authentication(&fingerprint, "mcp").await;
             challenge(&state, Error::unauthenticated())
         }
-        Err(e) => e.into_response(),
+        Err(e) => crate::body::mcp_refusal(request, e, state.config.max_body_bytes).await,
     }
 }
 

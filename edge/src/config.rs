@@ -2,6 +2,7 @@
 //! limits, and the log format. Read once at start-up; nothing here changes afterwards.
 
 use std::io::IsTerminal;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -70,6 +71,42 @@ pub struct ServeArgs {
     #[arg(long, env = "QUERYLAYER_DB_POOL_SIZE", default_value_t = 16)]
     pub db_pool_size: usize,
 
+    /// Pooled connections one site's reading calls may hold at once (default: half the pool).
+    #[arg(long, env = "QUERYLAYER_SITE_MAX_READS")]
+    pub site_max_reads: Option<usize>,
+
+    /// Pooled connections one site's writing calls may hold at once (default: a quarter of the
+    /// pool). A site whose history is held by a stalled transaction holds no more than this.
+    #[arg(long, env = "QUERYLAYER_SITE_MAX_WRITES")]
+    pub site_max_writes: Option<usize>,
+
+    /// How long a call waits for its site's share of the pool before it is refused as
+    /// `overloaded` (retryable), in milliseconds.
+    #[arg(long, env = "QUERYLAYER_SITE_QUEUE_TIMEOUT_MS", default_value_t = 2000)]
+    pub site_queue_timeout_ms: u64,
+
+    /// How long a client may take to send a request's head, from the connection's opening or
+    /// its previous response (HTTP/1.1), in seconds. Slow or stalled clients are cut off here,
+    /// before authentication.
+    #[arg(long, env = "QUERYLAYER_HEADER_READ_TIMEOUT", default_value_t = 10)]
+    pub header_read_timeout_secs: u64,
+
+    /// A connection that carries no byte either way for this long is closed, in seconds (longer
+    /// than --request-timeout-secs).
+    #[arg(long, env = "QUERYLAYER_IDLE_TIMEOUT", default_value_t = 60)]
+    pub idle_timeout_secs: u64,
+
+    /// Open client connections at most; past it new ones are answered 503 and closed at once.
+    /// 0: as many as the open-files limit leaves room for (the limit is raised to its hard
+    /// maximum at start and logged).
+    #[arg(long, env = "QUERYLAYER_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: usize,
+
+    /// Open connections at most from one peer address; 0 turns the cap off (behind a reverse
+    /// proxy every client has the proxy's address).
+    #[arg(long, env = "QUERYLAYER_MAX_CONNECTIONS_PER_PEER", default_value_t = 256)]
+    pub max_connections_per_peer: usize,
+
     /// On SIGTERM or Ctrl-C, how long in-flight requests may still take, in seconds.
     #[arg(long, env = "QUERYLAYER_SHUTDOWN_GRACE", default_value_t = 30)]
     pub shutdown_grace_secs: u64,
@@ -111,6 +148,14 @@ pub struct HttpConfig {
     pub require_auth: bool,
     /// The LLM that writes answers, if configured.
     pub llm: Option<crate::llm::Llm>,
+    /// The readiness check's own database connection (outside the pool).
+    pub readiness: tokio_postgres::Config,
+    /// Each site's share of the pool (reads, writes) and how long a call waits for it.
+    pub site_reads: usize,
+    pub site_writes: usize,
+    pub site_wait: Duration,
+    /// The socket's limits (`listener`).
+    pub listener: crate::listener::ListenerConfig,
 }
 
 impl HttpConfig {
@@ -144,7 +189,35 @@ impl HttpConfig {
                 args.llm_timeout_secs, args.request_timeout_secs
             ));
         }
+        if args.idle_timeout_secs <= args.request_timeout_secs {
+            return Err(format!(
+                "--idle-timeout-secs ({}) must be longer than --request-timeout-secs ({}): a call in progress \
+                 would be cut off as idle",
+                args.idle_timeout_secs, args.request_timeout_secs
+            ));
+        }
+        if args.header_read_timeout_secs == 0 {
+            return Err("--header-read-timeout-secs must be at least 1".into());
+        }
+        let mut readiness = tokio_postgres::Config::from_str(&args.database_url)
+            .map_err(|e| format!("DATABASE_URL is not a valid PostgreSQL connection string: {e}"))?;
+        readiness.application_name("querylayer-edge-readiness");
+        let options = readiness.get_options().unwrap_or("").to_string();
+        readiness.options(format!("{options} -c statement_timeout=2000").trim());
+        readiness.connect_timeout(Duration::from_secs(2));
+        let pool = args.db_pool_size.max(1);
         Ok(HttpConfig {
+            readiness,
+            site_reads: args.site_max_reads.unwrap_or(pool / 2).max(1),
+            site_writes: args.site_max_writes.unwrap_or(pool / 4).max(1),
+            site_wait: Duration::from_millis(args.site_queue_timeout_ms),
+            listener: crate::listener::ListenerConfig {
+                header_read_timeout: Duration::from_secs(args.header_read_timeout_secs),
+                idle_timeout: Duration::from_secs(args.idle_timeout_secs),
+                max_connections: args.max_connections,
+                max_connections_per_peer: args.max_connections_per_peer,
+                reserved_descriptors: pool as u64 + 2,
+            },
             public_url,
             allow: AllowList::new(&hosts, &origins)?,
             max_body_bytes: args.max_body_bytes,

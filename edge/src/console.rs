@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -17,8 +17,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::auth::{bearer, Fingerprint};
-use crate::db::{Call, MemberContext};
+use crate::body::MalformedBody;
+use crate::bulkhead::Access;
+use crate::db::{Answered, Call, Idempotency, MemberContext};
 use crate::error::Error;
 use crate::AppState;
 
@@ -30,6 +34,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/console/proposals/{id}/reject", post(reject))
         .route("/api/console/runs", get(list_runs))
         .route("/api/console/runs/{id}", get(get_run))
+        .route("/api/console/runs/{id}/cancel", post(cancel_run))
         .route("/api/console/connections", get(list_connections).post(create_connection))
         .route("/api/console/connections/{id}/revoke", post(revoke_connection))
         .route("/api/console/did-challenges", post(create_did_challenge))
@@ -45,31 +50,121 @@ pub fn router() -> Router<AppState> {
         .route("/api/console/evidence-reviews/{id}/close", post(close_evidence_review))
 }
 
-/// The presented member token, as a fingerprint. Checked by the database in the request's
-/// transaction, not here.
-pub struct Member(Fingerprint);
+/// The presented member token, as a fingerprint (checked by the database in the request's
+/// transaction, not here), what the request does to the site, and its idempotency key.
+pub struct Member {
+    fingerprint: Fingerprint,
+    access: Access,
+    /// A malformed `Idempotency-Key` (or a body that is not strict JSON) is refused once the
+    /// token holds, like any malformed input.
+    idempotency: Result<Option<Idempotency>, Error>,
+    replayed: AtomicBool,
+}
+
+/// The SHA-256 of a console request (method, path, canonical JSON body), for its idempotency key.
+#[derive(Clone, Copy)]
+pub struct RequestDigest(pub [u8; 32]);
+
+impl RequestDigest {
+    pub fn of(method: &str, path: &str, body: &[u8]) -> Self {
+        use sha2::{Digest, Sha256};
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let canonical = querylayer_envelope::canonical::canonical_json_value(
+            &json!({ "method": method, "path": path, "body": body }),
+        );
+        RequestDigest(Sha256::digest(canonical.as_bytes()).into())
+    }
+}
+
+/// The header that makes a console write safe to retry.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Set on an answer that an earlier request with the same key produced.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+fn idempotency(parts: &Parts) -> Result<Option<Idempotency>, Error> {
+    if let Some(MalformedBody(problem)) = parts.extensions.get::<MalformedBody>() {
+        return Err(Error::invalid_argument(problem.clone()));
+    }
+    let Some(value) = parts.headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| (1..=255).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            Error::invalid_argument(
+                "Idempotency-Key must be 1 to 255 printable ASCII characters without spaces",
+            )
+        })?;
+    let digest = parts
+        .extensions
+        .get::<RequestDigest>()
+        .copied()
+        .unwrap_or_else(|| RequestDigest::of(parts.method.as_str(), parts.uri.path(), b""));
+    Ok(Some(Idempotency {
+        key: key.to_string(),
+        action: format!("{} {}", parts.method, parts.uri.path()),
+        request_sha256: digest.0,
+    }))
+}
 
 impl FromRequestParts<AppState> for Member {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _state: &AppState) -> Result<Self, Self::Rejection> {
-        match bearer(&parts.headers) {
-            Some(token) => Ok(Member(Fingerprint::of(token))),
-            None => Err(respond(Err(Error::unauthenticated()), StatusCode::OK)),
-        }
+        let Some(token) = bearer(&parts.headers) else {
+            return Err(respond(Err(Error::unauthenticated()), StatusCode::OK));
+        };
+        let access =
+            if matches!(parts.method, Method::GET | Method::HEAD) { Access::Read } else { Access::Write };
+        Ok(Member {
+            fingerprint: Fingerprint::of(token),
+            access,
+            idempotency: idempotency(parts),
+            replayed: AtomicBool::new(false),
+        })
     }
 }
 
 impl Member {
-    /// BEGIN; authenticate_member; rate limit; the call (or none: the member's own context); COMMIT.
+    /// The site's permit (when this edge has seen the token before); BEGIN; authenticate_member;
+    /// rate limit; the call (or none: the member's own context), under its idempotency key; COMMIT.
     async fn act(&self, state: &AppState, call: Option<&Call>) -> Result<Value, Error> {
+        let _permit = match state.sites.site_of(self.fingerprint.as_bytes()) {
+            Some(site) => Some(state.sites.acquire(&site, self.access).await?),
+            None => None,
+        };
         let limiter = state.limiter.clone();
-        let check = move |m: &MemberContext| limiter.check(m.member_token_id).map_err(Error::rate_limited);
-        let result = state.db.call_as_member(&self.0, check, call).await;
+        let sites = state.sites.clone();
+        let fingerprint = self.fingerprint.clone();
+        let check = move |m: &MemberContext| {
+            sites.remember(fingerprint.as_bytes(), &m.site);
+            limiter.check(m.member_token_id).map_err(Error::rate_limited)
+        };
+        let idem = match (&self.idempotency, call) {
+            (Ok(Some(idem)), Some(_)) => Some(idem),
+            _ => None,
+        };
+        let result = state.db.call_as_member(&self.fingerprint, check, call, idem).await;
         if let Err(e) = &result {
             e.log(call.map(Call::function).unwrap_or("authenticate_member"));
         }
-        result
+        result.map(|(value, answered)| {
+            if answered == Answered::Before {
+                self.replayed.store(true, Ordering::Relaxed);
+            }
+            value
+        })
+    }
+
+    /// The response, marked when it is the stored answer of an earlier request with this key.
+    fn reply(&self, result: Result<Value, Error>, ok: StatusCode) -> Response {
+        let mut response = respond(result, ok);
+        if self.replayed.load(Ordering::Relaxed) {
+            response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+        }
+        response
     }
 
     /// The member's own context (who am I).
@@ -81,6 +176,10 @@ impl Member {
     /// whose path or body is malformed learns that only once its credential holds (an invalid
     /// token gets the same 401 whatever else is wrong).
     async fn call(&self, state: &AppState, call: Result<Call, Error>) -> Result<Value, Error> {
+        let call = match (&self.idempotency, call) {
+            (Err(malformed), _) => Err(Error::invalid_argument(malformed.message.clone())),
+            (Ok(_), call) => call,
+        };
         match call {
             Ok(call) => self.act(state, Some(&call)).await,
             Err(malformed) => {
@@ -142,7 +241,7 @@ fn required_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, Error> {
 
 /// `GET /api/console/me`: the member, role and site this token acts as.
 async fn me(State(state): State<AppState>, member: Member) -> Response {
-    respond(member.me(&state).await, StatusCode::OK)
+    member.reply(member.me(&state).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -164,7 +263,7 @@ async fn list_proposals(
         let call = Call::new("console_list_proposals").opt("p_state", f.state).opt("p_limit", f.limit);
         Ok(call)
     })();
-    respond(
+    member.reply(
         member.call(&state, call).await.map(|proposals| json!({ "proposals": proposals })),
         StatusCode::OK,
     )
@@ -213,7 +312,7 @@ async fn decide(
             .opt("p_note", body.note);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -235,7 +334,7 @@ async fn list_runs(
         let call = Call::new("list_runs").opt("p_limit", f.limit).opt("p_before", f.before);
         Ok(call)
     })();
-    respond(member.call(&state, call).await.map(|runs| json!({ "runs": runs })), StatusCode::OK)
+    member.reply(member.call(&state, call).await.map(|runs| json!({ "runs": runs })), StatusCode::OK)
 }
 
 /// `GET /api/console/runs/{id}` → the run with its outcome, events and artifacts.
@@ -248,7 +347,23 @@ async fn get_run(
         let call = Call::new("get_run").arg("p_run_id", path_id(id)?);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `POST /api/console/runs/{id}/cancel` with `{"reason"?}` (owner, admin) → the run, finished as
+/// `cancelled` with reason code `cancelled_by_member`; its reasons name the member.
+async fn cancel_run(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let body: ReasonBody = optional_body(&body)?;
+        Ok(Call::new("console_cancel_run").arg("p_run_id", id).opt("p_reason", body.reason))
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 /// `GET /api/console/connections` → `{"connections": [...]}` (owner, admin; never a secret).
@@ -257,7 +372,7 @@ async fn list_connections(State(state): State<AppState>, member: Member) -> Resp
         .call(&state, Ok(Call::new("console_list_connections")))
         .await
         .map(|connections| json!({ "connections": connections }));
-    respond(result, StatusCode::OK)
+    member.reply(result, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -315,7 +430,7 @@ async fn create_did_challenge(State(state): State<AppState>, member: Member, bod
         let c: NewDidChallenge = required_body(&body)?;
         Ok(Call::new("console_create_did_challenge").arg("p_did", c.did))
     })();
-    respond(member.call(&state, call).await, StatusCode::CREATED)
+    member.reply(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 /// `{"reason"?}`: the optional body of revocations and session ends.
@@ -339,7 +454,7 @@ async fn revoke_connection(
             Call::new("console_revoke_connection").arg("p_connection_id", id).opt("p_reason", body.reason);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -363,7 +478,7 @@ async fn register_session(State(state): State<AppState>, member: Member, body: B
             .arg("p_session_id", s.session_id);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::CREATED)
+    member.reply(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 /// `POST /api/console/sessions/{session_id}/end` with `{"reason"?}`: the Hermes session ended or
@@ -382,7 +497,7 @@ async fn end_session(
             Call::new("console_end_session").arg("p_session_id", session_id).opt("p_reason", body.reason);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 /// `GET /api/console/conversations` → `{"conversations": [conversation with turns and problem]}`.
@@ -391,7 +506,7 @@ async fn list_conversations(State(state): State<AppState>, member: Member) -> Re
         .call(&state, Ok(Call::new("console_list_conversations")))
         .await
         .map(|conversations| json!({ "conversations": conversations }));
-    respond(result, StatusCode::OK)
+    member.reply(result, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -413,7 +528,7 @@ async fn open_conversation(State(state): State<AppState>, member: Member, body: 
             .arg("p_title", c.title);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::CREATED)
+    member.reply(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 /// `GET /api/console/conversations/{id}/link` → `{"conversation_id", "link"}`, the link being
@@ -428,7 +543,7 @@ async fn conversation_link(
         let call = Call::new("console_conversation_link").arg("p_conversation_id", path_id(id)?);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -450,7 +565,7 @@ async fn add_turn(
         let call = Call::new("console_add_turn").arg("p_conversation_id", id).arg("p_request", t.request);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::CREATED)
+    member.reply(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 /// `GET /api/console/turns/{id}` → the turn with its plan versions, steps, runs and proposals.
@@ -463,7 +578,7 @@ async fn get_turn(
         let call = Call::new("console_get_turn").arg("p_turn_id", path_id(id)?);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 /// `POST /api/console/plans/{id}/cancel` with `{"reason"?}` → the cancelled plan.
@@ -479,7 +594,7 @@ async fn cancel_plan(
         let call = Call::new("console_cancel_plan").arg("p_plan_id", id).opt("p_reason", body.reason);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -499,7 +614,7 @@ async fn report_form_screening(State(state): State<AppState>, member: Member, bo
         let call = Call::new("console_report_form_screening").arg("p_events", r.events);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -525,7 +640,7 @@ async fn list_evidence_reviews(
         };
         Ok(call)
     })();
-    respond(member.call(&state, call).await.map(|reviews| json!({ "reviews": reviews })), StatusCode::OK)
+    member.reply(member.call(&state, call).await.map(|reviews| json!({ "reviews": reviews })), StatusCode::OK)
 }
 
 #[derive(Deserialize, Default)]
@@ -547,5 +662,5 @@ async fn close_evidence_review(
         let call = Call::new("console_close_evidence_review").arg("p_review_id", id).opt("p_note", body.note);
         Ok(call)
     })();
-    respond(member.call(&state, call).await, StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }

@@ -25,16 +25,27 @@ pub struct Call {
     function: &'static str,
     args: Vec<(&'static str, String, Param)>,
     returns_rows: bool,
+    idempotency_key: Option<String>,
 }
 
 impl Call {
     pub fn new(function: &'static str) -> Self {
-        Call { function, args: Vec::new(), returns_rows: false }
+        Call { function, args: Vec::new(), returns_rows: false, idempotency_key: None }
     }
 
     /// A function declared `RETURNS TABLE`: its rows are aggregated into one JSON array.
     pub fn rows(function: &'static str) -> Self {
-        Call { function, args: Vec::new(), returns_rows: true }
+        Call { function, args: Vec::new(), returns_rows: true, idempotency_key: None }
+    }
+
+    /// The caller's idempotency key, when it sent one (a write tool's `idempotency_key`).
+    pub fn idempotent(mut self, key: Option<String>) -> Self {
+        self.idempotency_key = key;
+        self
+    }
+
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
     }
 
     pub fn arg<T: ToSql + Sync + Send + 'static>(self, name: &'static str, value: T) -> Self {
@@ -120,6 +131,46 @@ impl ToolAudit {
     fn duration_ms(&self) -> i32 {
         i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX)
     }
+}
+
+/// A write made safe to retry: the caller's key, what it does (a tool, a console route) and the
+/// SHA-256 of its arguments (sql/155_idempotency.sql).
+#[derive(Clone, Debug)]
+pub struct Idempotency {
+    pub key: String,
+    pub action: String,
+    pub request_sha256: [u8; 32],
+}
+
+/// Whether an answer is new or the stored answer of an earlier call under the same key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answered {
+    Now,
+    Before,
+}
+
+const CLAIM_KEY: &str = "SELECT querylayer_api.claim_idempotency_key($1, $2, $3)";
+const STORE_RESPONSE: &str = "SELECT querylayer_api.store_idempotent_response($1, $2)";
+
+/// Claims the key in `tx`: Some(stored answer) when the call already committed under it.
+async fn claim(
+    tx: &deadpool_postgres::Transaction<'_>,
+    idem: &Idempotency,
+) -> Result<Option<Value>, tokio_postgres::Error> {
+    let statement = tx.prepare_cached(CLAIM_KEY).await?;
+    let row = tx.query_one(&statement, &[&idem.key, &idem.action, &idem.request_sha256.as_slice()]).await?;
+    let claimed: Option<Value> = row.get(0);
+    Ok(claimed.map(|c| c.get("response").cloned().unwrap_or(Value::Null)))
+}
+
+async fn store(
+    tx: &deadpool_postgres::Transaction<'_>,
+    idem: &Idempotency,
+    value: &Value,
+) -> Result<(), tokio_postgres::Error> {
+    let statement = tx.prepare_cached(STORE_RESPONSE).await?;
+    tx.execute(&statement, &[&idem.key, value]).await?;
+    Ok(())
 }
 
 const AUTHENTICATE: &str = "SELECT querylayer_api.authenticate($1)";
@@ -221,22 +272,38 @@ impl Db {
     /// One tool call as a connection: BEGIN; authenticate; the call; record_tool_call; COMMIT.
     /// When the call is refused, its transaction rolls back and the refusal is recorded in a
     /// new one (authenticate; record_tool_call).
+    /// With `idem`, the key is claimed after authentication in the same transaction: a retry of
+    /// a call that committed gets the stored answer (`Answered::Before`) and nothing runs again.
     pub async fn call_as_connection(
         &self,
         fingerprint: &Fingerprint,
         call: &Call,
         audit: &ToolAudit,
-    ) -> Result<Value, Error> {
+        idem: Option<&Idempotency>,
+    ) -> Result<(Value, Answered), Error> {
         let mut client = self.client().await?;
         let outcome = async {
             let tx = client.transaction().await?;
             let auth = tx.prepare_cached(AUTHENTICATE).await?;
             tx.query_one(&auth, &[&fingerprint.as_bytes()]).await.map_err(Refusal::Authentication)?;
-            let value = call.run(&tx).await.map_err(Refusal::Call)?;
+            let earlier = match idem {
+                Some(idem) => claim(&tx, idem).await.map_err(Refusal::Call)?,
+                None => None,
+            };
+            let (value, answered) = match earlier {
+                Some(value) => (value, Answered::Before),
+                None => {
+                    let value = call.run(&tx).await.map_err(Refusal::Call)?;
+                    if let Some(idem) = idem {
+                        store(&tx, idem, &value).await.map_err(Refusal::Call)?;
+                    }
+                    (value, Answered::Now)
+                }
+            };
             let record = tx.prepare_cached(RECORD_TOOL_CALL).await?;
             tx.execute(&record, &[&audit.tool, &"ok", &audit.duration_ms(), &None::<&str>]).await?;
             tx.commit().await?;
-            Ok::<_, Refusal>(value)
+            Ok::<_, Refusal>((value, answered))
         }
         .await;
         match outcome {
@@ -265,20 +332,34 @@ impl Db {
         &self,
         fingerprint: &Fingerprint,
         audit: &ToolAudit,
+        idem: Option<&Idempotency>,
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
-    ) -> Result<Value, Error> {
+    ) -> Result<(Value, Answered), Error> {
         let mut client = self.client().await?;
         let outcome = async {
             let tx = client.transaction().await.map_err(|e| Error::from_db(&e))?;
             let auth = tx.prepare_cached(AUTHENTICATE).await.map_err(|e| Error::from_db(&e))?;
             tx.query_one(&auth, &[&fingerprint.as_bytes()]).await.map_err(|e| Error::from_db(&e))?;
-            let value = steps(&tx).await?;
+            let earlier = match idem {
+                Some(idem) => claim(&tx, idem).await.map_err(|e| Error::from_db(&e))?,
+                None => None,
+            };
+            let (value, answered) = match earlier {
+                Some(value) => (value, Answered::Before),
+                None => {
+                    let value = steps(&tx).await?;
+                    if let Some(idem) = idem {
+                        store(&tx, idem, &value).await.map_err(|e| Error::from_db(&e))?;
+                    }
+                    (value, Answered::Now)
+                }
+            };
             let record = tx.prepare_cached(RECORD_TOOL_CALL).await.map_err(|e| Error::from_db(&e))?;
             tx.execute(&record, &[&audit.tool, &"ok", &audit.duration_ms(), &None::<&str>])
                 .await
                 .map_err(|e| Error::from_db(&e))?;
             tx.commit().await.map_err(|e| Error::from_db(&e))?;
-            Ok::<_, Error>(value)
+            Ok::<_, Error>((value, answered))
         }
         .await;
         drop(client);
@@ -365,7 +446,8 @@ impl Db {
         fingerprint: &Fingerprint,
         check: impl FnOnce(&MemberContext) -> Result<(), Error>,
         call: Option<&Call>,
-    ) -> Result<Value, Error> {
+        idem: Option<&Idempotency>,
+    ) -> Result<(Value, Answered), Error> {
         let mut client = self.client().await?;
         let outcome = async {
             let tx = client.transaction().await.map_err(MemberRefusal::Db)?;
@@ -377,12 +459,23 @@ impl Db {
             let context: Value = row.get(0);
             let member: MemberContext = parse(context.clone()).map_err(MemberRefusal::Edge)?;
             check(&member).map_err(MemberRefusal::Edge)?;
-            let value = match call {
-                Some(call) => call.run(&tx).await.map_err(MemberRefusal::Db)?,
-                None => context,
+            let earlier = match (call, idem) {
+                (Some(_), Some(idem)) => claim(&tx, idem).await.map_err(MemberRefusal::Db)?,
+                _ => None,
+            };
+            let (value, answered) = match (call, earlier) {
+                (_, Some(value)) => (value, Answered::Before),
+                (Some(call), None) => {
+                    let value = call.run(&tx).await.map_err(MemberRefusal::Db)?;
+                    if let Some(idem) = idem {
+                        store(&tx, idem, &value).await.map_err(MemberRefusal::Db)?;
+                    }
+                    (value, Answered::Now)
+                }
+                (None, None) => (context, Answered::Now),
             };
             tx.commit().await.map_err(MemberRefusal::Db)?;
-            Ok::<_, MemberRefusal>(value)
+            Ok::<_, MemberRefusal>((value, answered))
         }
         .await;
         drop(client);

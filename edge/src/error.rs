@@ -19,9 +19,31 @@ const SQLSTATES: &[(&str, &str, u16)] = &[
     ("QL410", "run_finished", 410),
     ("QL422", "invalid_state", 422),
     ("QL423", "immutable", 423),
+    ("QL413", "too_large", 413),
+    ("QL503", "busy", 503),
+    ("QLI09", "idempotency_key_reused", 409),
+    ("55P03", "busy", 503),
     ("22023", "invalid_argument", 400),
     ("42501", "permission_denied", 403),
 ];
+
+/// The JSON-RPC error code of every "retry later" answer on `/mcp` (the database unavailable or
+/// busy, a site's history held, the edge overloaded, a rate limit, a timeout): one code in the
+/// implementation-defined range (-32000..-32019) that the SDKs do not use themselves, with the
+/// edge's error object (`code`, `message`, `retry_after`) as its `data`. Answered with HTTP 200,
+/// as the response to a JSON-RPC request, so that every MCP client surfaces it as an error it
+/// can read rather than as a transport failure (docs/errors.md).
+pub const RETRY_LATER: i32 = -32010;
+
+/// The edge codes that mean "nothing was decided against you: try again later". A write that
+/// may have committed before the failure (a timeout, a lost connection) is safe to retry with
+/// the same idempotency key.
+const RETRYABLE: &[&str] =
+    &["busy", "unavailable", "overloaded", "timeout", "request_timeout", "rate_limited"];
+
+pub fn is_retryable_code(code: &str) -> bool {
+    RETRYABLE.contains(&code)
+}
 
 /// SQLSTATEs without an entry above, by prefix (first match wins): PostgreSQL's own data errors
 /// (a malformed value that reached a cast), integrity violations, statement timeouts, and the
@@ -103,6 +125,35 @@ impl Error {
         e
     }
 
+    /// The edge sheds load: a site's share of the pool, or the connection limit, is used up.
+    pub fn overloaded(message: impl Into<String>, retry_after_secs: u64) -> Self {
+        let mut e = Error::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message);
+        e.retry_after_secs = Some(retry_after_secs);
+        e.hint = Some("retry after `retry_after` seconds (a write with the same idempotency key)".into());
+        e
+    }
+
+    /// A request cut off by the edge's time limit: it may or may not have taken effect.
+    pub fn request_timeout() -> Self {
+        let mut e = Error::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request took longer than this edge allows; it may or may not have taken effect",
+        )
+        .with_hint("retry (a write with the same idempotency key); an operator sets the limit with --request-timeout-secs");
+        e.retry_after_secs = Some(1);
+        e
+    }
+
+    /// Whether a client should retry this later (see `RETRYABLE`).
+    pub fn is_retryable(&self) -> bool {
+        is_retryable_code(self.code)
+    }
+
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after_secs
+    }
+
     pub fn unavailable(detail: impl Into<String>) -> Self {
         let mut e = Error::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -129,14 +180,23 @@ impl Error {
             .unwrap_or(("internal", StatusCode::INTERNAL_SERVER_ERROR));
         let detail = format!("SQLSTATE {sqlstate}: {}", db.message());
         if status.is_server_error() {
-            let mut e = match code {
-                "busy" => Error::new(status, code, "the database is busy; retry the call"),
-                "timeout" => Error::new(status, code, "the database call took too long"),
-                "unavailable" => Error::new(status, code, "the database is unavailable; retry later"),
+            let mut e = match (code, sqlstate) {
+                ("busy", "QL503") => Error::new(
+                    status,
+                    code,
+                    "this site's history is held by another transaction; retry shortly",
+                )
+                .with_hint("retry the call (a write with the same idempotency key)"),
+                ("busy", _) => Error::new(status, code, "the database is busy; retry the call"),
+                ("timeout", _) => {
+                    Error::new(status, code, "the database call took too long; it did not take effect")
+                        .with_hint("retry later; an operator sets the limit with --statement-timeout-secs")
+                }
+                ("unavailable", _) => Error::new(status, code, "the database is unavailable; retry later"),
                 _ => Error::new(status, "internal", "internal error"),
             };
             e.detail = Some(detail);
-            if status == StatusCode::SERVICE_UNAVAILABLE {
+            if e.is_retryable() {
                 e.retry_after_secs = Some(1);
             }
             return e;
@@ -147,18 +207,64 @@ impl Error {
         e
     }
 
-    /// The JSON object sent to clients: `{"code", "message", "hint"?}`.
+    /// The JSON object sent to clients: `{"code", "message", "hint"?, "retry_after"?}`.
     pub fn body(&self) -> Value {
         let mut body = json!({ "code": self.code, "message": self.message });
         if let Some(hint) = &self.hint {
             body["hint"] = json!(hint);
         }
+        if let Some(secs) = self.retry_after_secs {
+            body["retry_after"] = json!(secs);
+        }
         body
+    }
+
+    /// The JSON-RPC error of `/mcp`: `RETRY_LATER` for what a client should retry, otherwise the
+    /// closest JSON-RPC code; `data` is always the edge's error object.
+    pub fn to_mcp_error(&self) -> rmcp::ErrorData {
+        use rmcp::model::ErrorCode;
+        let code = if self.is_retryable() {
+            ErrorCode(RETRY_LATER)
+        } else {
+            match self.status {
+                StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::INVALID_PARAMS,
+                _ => ErrorCode::INTERNAL_ERROR,
+            }
+        };
+        rmcp::ErrorData::new(code, self.message.clone(), Some(self.body()))
+    }
+
+    /// A JSON-RPC error response for `/mcp` answered by the edge itself (before or around rmcp):
+    /// HTTP 200 with the request's id when it is known, so that the SDKs surface the error;
+    /// `status` otherwise (an unreadable request has no id to answer).
+    pub fn into_jsonrpc_response(
+        self,
+        id: Option<Value>,
+        jsonrpc_code: Option<i32>,
+        status: StatusCode,
+    ) -> Response {
+        if self.status.is_server_error() {
+            self.log("request");
+        }
+        let code = jsonrpc_code.unwrap_or_else(|| self.to_mcp_error().code.0);
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": id.clone().unwrap_or(Value::Null),
+            "error": { "code": code, "message": self.message, "data": self.body() },
+        });
+        let status = if id.is_some() { StatusCode::OK } else { status };
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 
     /// Writes the server-side record of this error (the detail, never a credential).
     pub fn log(&self, what: &str) {
-        if self.status.is_server_error() {
+        if self.is_retryable() {
+            tracing::warn!(code = self.code, status = self.status.as_u16(), detail = ?self.detail, "{what} deferred");
+        } else if self.status.is_server_error() {
             tracing::error!(code = self.code, status = self.status.as_u16(), detail = ?self.detail, "{what} failed");
         } else {
             // Not the message: it may quote the caller's input (a refused value, a parse error).

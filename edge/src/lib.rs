@@ -3,11 +3,15 @@
 //! database decides; the edge only carries.
 //!
 //! One module per stage of a request:
-//! `config` → `limits` (Host/Origin, rate) → `auth` → `mcp` / `console` → `db` (the one SQL
-//! call) → `error` (the one SQLSTATE table, the response). `admin` is the operator command line.
+//! `config` → `listener` (connection limits and timeouts) → `limits` (Host/Origin, rate) →
+//! `body` (size, strict JSON) → `auth` → `bulkhead` (a site's share of the pool) → `mcp` /
+//! `console` → `db` (the one SQL call) → `error` (the one SQLSTATE table, the response).
+//! `admin` is the operator command line.
 
 pub mod admin;
 pub mod auth;
+pub mod body;
+pub mod bulkhead;
 pub mod card;
 pub mod commands;
 pub mod compat;
@@ -17,8 +21,10 @@ pub mod db;
 pub mod error;
 pub mod health;
 pub mod limits;
+pub mod listener;
 pub mod llm;
 pub mod mcp;
+pub mod strict_json;
 pub mod v1;
 pub mod worker;
 
@@ -32,35 +38,44 @@ use axum::Router;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
+use crate::bulkhead::SiteLimits;
 use crate::config::HttpConfig;
 use crate::db::Db;
 use crate::error::Error;
+use crate::health::Readiness;
 use crate::limits::{FailureBudget, RateLimiter};
 
 /// Everything a request may use. Cloned per request; holds no per-client state beyond the
-/// rate limiter's buckets.
+/// rate limiter's buckets and the sites' permits.
 #[derive(Clone)]
 pub struct AppState {
     pub db: Db,
     pub config: Arc<HttpConfig>,
     pub limiter: Arc<RateLimiter>,
     pub auth_failures: Arc<FailureBudget>,
+    pub sites: Arc<SiteLimits>,
+    pub readiness: Arc<Readiness>,
 }
 
 impl AppState {
     pub fn new(db: Db, config: HttpConfig) -> Self {
         let limiter = Arc::new(RateLimiter::new(config.rate_limit_per_sec, config.rate_burst));
         let auth_failures = Arc::new(FailureBudget::new(config.auth_failure_rate, config.auth_failure_burst));
-        AppState { db, config: Arc::new(config), limiter, auth_failures }
+        let sites =
+            Arc::new(SiteLimits::new(0, Some(config.site_reads), Some(config.site_writes), config.site_wait));
+        let readiness = Readiness::new(config.readiness.clone());
+        AppState { db, config: Arc::new(config), limiter, auth_failures, sites, readiness }
     }
 }
 
 /// The whole HTTP surface, testable with `oneshot` without a socket.
 pub fn app(state: AppState) -> Router {
-    let mut governed = mcp::router(&state).merge(console::router());
+    let mut plain = console::router();
     if state.config.require_auth {
-        governed = governed.merge(v1::router());
+        plain = plain.merge(v1::router());
     }
+    let plain = plain.route_layer(middleware::from_fn_with_state(state.clone(), body::strict_body));
+    let governed = mcp::router(&state).merge(plain);
     let guarded = governed
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_auth_failures))
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::check_host_and_origin));
@@ -74,17 +89,23 @@ pub fn app(state: AppState) -> Router {
         // One body limit, the operator's: axum's own 2 MiB default for extractors is lifted.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(RequestBodyLimitLayer::new(state.config.max_body_bytes))
+        // The backstop: /mcp answers its own time limit as a JSON-RPC error a little earlier.
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
-            state.config.request_timeout,
+            state.config.request_timeout + body::OUTER_TIMEOUT_MARGIN,
         ))
-        .layer(middleware::map_response(explain_limits))
+        .layer(middleware::from_fn(explain_limits))
         .with_state(state)
 }
 
 /// The body and time limits answer from tower layers, with an empty or plain-text body; give
-/// them the JSON error body every other refusal has.
-async fn explain_limits(response: Response) -> Response {
+/// them the JSON error body every other refusal has (on `/mcp`, the JSON-RPC error shape).
+async fn explain_limits(request: Request, next: Next) -> Response {
+    let mcp = request.uri().path() == "/mcp";
+    explain(next.run(request).await, mcp)
+}
+
+fn explain(response: Response, mcp: bool) -> Response {
     use axum::http::{header, StatusCode};
     let is_json = response
         .headers()
@@ -94,22 +115,22 @@ async fn explain_limits(response: Response) -> Response {
     if is_json {
         return response;
     }
-    match response.status() {
+    let status = response.status();
+    let error = match status {
         StatusCode::PAYLOAD_TOO_LARGE => Error::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
             "the request body is larger than this edge accepts",
         )
-        .with_hint("an operator sets the limit with --max-body-bytes")
-        .into_response(),
-        StatusCode::REQUEST_TIMEOUT => Error::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
-            "the request took longer than this edge allows",
-        )
-        .with_hint("retry; an operator sets the limit with --request-timeout-secs")
-        .into_response(),
-        _ => response,
+        .with_hint("an operator sets the limit with --max-body-bytes"),
+        StatusCode::REQUEST_TIMEOUT => Error::request_timeout(),
+        _ => return response,
+    };
+    if mcp {
+        let code = (status == StatusCode::PAYLOAD_TOO_LARGE).then_some(-32600);
+        error.into_jsonrpc_response(None, code, status)
+    } else {
+        error.into_response()
     }
 }
 
@@ -170,13 +191,18 @@ mod tests {
             (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
         ] {
             let bare = Response::builder().status(status).body(Body::from("length limit exceeded")).unwrap();
-            let (answered, body) = code_of(explain_limits(bare).await).await;
+            let (answered, body) = code_of(explain(bare, false)).await;
             assert_eq!((answered, body["error"]["code"].as_str()), (status, Some(code)));
+            // On /mcp the same refusal is a JSON-RPC error (no id: the request was not read).
+            let bare = Response::builder().status(status).body(Body::from("length limit exceeded")).unwrap();
+            let (answered, body) = code_of(explain(bare, true)).await;
+            assert_eq!((answered, body["error"]["data"]["code"].as_str()), (status, Some(code)));
+            assert_eq!(body["id"], serde_json::Value::Null);
         }
         // A JSON error from a handler, and any other status, pass through untouched.
         let ours = Error::new(StatusCode::PAYLOAD_TOO_LARGE, "too_many_records", "x").into_response();
-        assert_eq!(code_of(explain_limits(ours).await).await.1["error"]["code"], "too_many_records");
+        assert_eq!(code_of(explain(ours, false)).await.1["error"]["code"], "too_many_records");
         let teapot = Response::builder().status(StatusCode::IM_A_TEAPOT).body(Body::empty()).unwrap();
-        assert_eq!(explain_limits(teapot).await.status(), StatusCode::IM_A_TEAPOT);
+        assert_eq!(explain(teapot, true).status(), StatusCode::IM_A_TEAPOT);
     }
 }

@@ -54,12 +54,18 @@ pub async fn check_host_and_origin(State(state): State<AppState>, request: Reque
     next.run(request).await
 }
 
-/// Middleware after authentication on `/mcp`: one bucket per connection.
+/// Middleware after authentication on `/mcp`: one bucket per connection; over it, the request's
+/// JSON-RPC error (retryable, with `retry_after`).
 pub async fn limit_connection(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if let Some(principal) = request.extensions().get::<Principal>() {
         if let Err(retry_after) = state.limiter.check(principal.context.connection_id) {
             tracing::info!(connection_id = %principal.context.connection_id, "rate limited");
-            return Error::rate_limited(retry_after).into_response();
+            return crate::body::mcp_refusal(
+                request,
+                Error::rate_limited(retry_after),
+                state.config.max_body_bytes,
+            )
+            .await;
         }
     }
     next.run(request).await

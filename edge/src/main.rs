@@ -17,7 +17,7 @@ use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
 use querylayer_edge::mcp::QueryLayerMcp;
 use querylayer_edge::worker::{self, WorkerArgs};
-use querylayer_edge::{app, shutdown_signal, AppState};
+use querylayer_edge::{app, listener, shutdown_signal, AppState};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -42,7 +42,8 @@ enum Command {
     McpServe(McpServeArgs),
     /// Operator commands against an operator login.
     Admin(AdminArgs),
-    /// Background jobs (evidence re-verification, the form screening purge), as a querylayer_worker login.
+    /// Background jobs (runs past their deadline, evidence re-verification, retention, the form
+    /// screening purge), as a querylayer_worker login.
     Worker(WorkerArgs),
     /// Print the A2A agent card (the one served at /.well-known/agent-card.json).
     AgentCard(commands::AgentCardArgs),
@@ -136,14 +137,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         tracing::info!("shutting down: finishing in-flight requests");
         let _ = stop_tx.send(true);
     });
-    let mut graceful = stop_rx.clone();
-    let server = axum::serve(
-        listener,
-        app(AppState::new(db, config)).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = graceful.wait_for(|stop| *stop).await;
-    });
+    let limits = config.listener.clone();
+    let state = AppState::new(db, config);
+    let (reads, writes) = state.sites.budgets();
+    tracing::info!(
+        pool = args.db_pool_size,
+        site_reads = reads,
+        site_writes = writes,
+        "each site's share of the pool"
+    );
+    let server = listener::serve(listener, app(state), limits, stop_rx.clone());
     let mut deadline = stop_rx;
     let grace = Duration::from_secs(args.shutdown_grace_secs);
     tokio::select! {

@@ -1,8 +1,9 @@
 //! `querylayer worker`: the background jobs, as a login holding `querylayer_worker` (EXECUTE on
 //! the worker functions and nothing else). Each pass takes the due claim-evidence jobs, fetches
 //! every source, and reports what it saw (HTTP status, SHA-256 of the body, a short text
-//! excerpt); the database decides what that means and opens human reviews. On its own schedule
-//! it runs the form screening retention purge. Bodies and excerpts are never logged.
+//! excerpt); the database decides what that means and opens human reviews. Each pass also closes
+//! the runs still open past their deadline. On their own schedules it runs the form screening
+//! purge and retention (sql/160_retention.sql). Bodies and excerpts are never logged.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -36,6 +37,15 @@ pub struct WorkerArgs {
     /// Seconds between form screening retention purges; 0 turns the purge off.
     #[arg(long, env = "QUERYLAYER_PURGE_INTERVAL", default_value_t = 3600)]
     pub purge_interval_secs: u64,
+
+    /// Seconds between retention passes (month partitions kept ready, aged-out months dropped
+    /// with their signed summaries, expired idempotency keys and nonces deleted); 0 turns them off.
+    #[arg(long, env = "QUERYLAYER_RETENTION_INTERVAL", default_value_t = 3600)]
+    pub retention_interval_secs: u64,
+
+    /// Open runs past their deadline closed per site and pass.
+    #[arg(long, default_value_t = 100)]
+    pub close_batch_size: i32,
 
     /// Evidence jobs taken per batch (a pass takes batches until fewer are due, at most 10).
     #[arg(long, default_value_t = 20)]
@@ -92,6 +102,9 @@ pub async fn run(args: WorkerArgs) -> i32 {
     };
     let purge_every = (args.purge_interval_secs > 0).then(|| Duration::from_secs(args.purge_interval_secs));
     let mut last_purge: Option<Instant> = None;
+    let retention_every =
+        (args.retention_interval_secs > 0).then(|| Duration::from_secs(args.retention_interval_secs));
+    let mut last_retention: Option<Instant> = None;
     tracing::info!(
         once = args.once,
         interval_secs = args.interval_secs,
@@ -106,9 +119,24 @@ pub async fn run(args: WorkerArgs) -> i32 {
     });
     loop {
         let mut ok = true;
+        if let Err(e) = close_expired_runs(&db, args.close_batch_size).await {
+            failed("closing runs past their deadline", &e);
+            ok = false;
+        }
         if let Err(e) = reverify_due_evidence(&db, &fetcher, &args).await {
             failed("evidence re-verification", &e);
             ok = false;
+        }
+        if let Some(every) = retention_every {
+            if last_retention.is_none_or(|at| at.elapsed() >= every) {
+                match apply_retention(&db).await {
+                    Ok(()) => last_retention = Some(Instant::now()),
+                    Err(e) => {
+                        failed("retention", &e);
+                        ok = false;
+                    }
+                }
+            }
         }
         if let Some(every) = purge_every {
             if last_purge.is_none_or(|at| at.elapsed() >= every) {
@@ -211,6 +239,34 @@ async fn reverify(db: &Db, fetcher: &Fetcher, job: Job) -> Result<(), Error> {
         review_opened = recorded.review_id.is_some(),
         duration_ms = started.elapsed().as_millis() as u64,
         "evidence re-verified"
+    );
+    Ok(())
+}
+
+/// Closes the runs still open past their deadline, as `cancelled` (`deadline_exceeded`).
+async fn close_expired_runs(db: &Db, batch: i32) -> Result<(), Error> {
+    let result: Value =
+        db.call_as_operator(&Call::new("worker_close_expired_runs").arg("p_limit", batch)).await?;
+    let closed = result.get("closed").and_then(|v| v.as_i64()).unwrap_or(0);
+    if closed > 0 {
+        tracing::info!(closed, run_ids = %result["run_ids"], "closed runs past their deadline");
+    }
+    Ok(())
+}
+
+async fn apply_retention(db: &Db) -> Result<(), Error> {
+    let result: Value = db.call_as_operator(&Call::new("apply_retention")).await?;
+    let dropped = result.get("dropped").and_then(|v| v.as_array()).map(|d| d.len()).unwrap_or(0);
+    let rows: i64 =
+        result["dropped"].as_array().into_iter().flatten().filter_map(|d| d["rows"].as_i64()).sum();
+    tracing::info!(
+        partitions_created = %result["created"],
+        partitions_dropped = dropped,
+        rows_dropped = rows,
+        idempotency_keys_deleted = result.get("idempotency_keys_deleted").and_then(|v| v.as_i64()),
+        nonces_deleted = result.get("nonces_deleted").and_then(|v| v.as_i64()),
+        retention_days = result.get("retention_days").and_then(|v| v.as_i64()),
+        "retention"
     );
     Ok(())
 }

@@ -27,6 +27,13 @@ fn state() -> AppState {
         request_timeout_secs: 30,
         statement_timeout_secs: 20,
         db_pool_size: 1,
+        site_max_reads: None,
+        site_max_writes: None,
+        site_queue_timeout_ms: 2000,
+        header_read_timeout_secs: 10,
+        idle_timeout_secs: 60,
+        max_connections: 0,
+        max_connections_per_peer: 256,
         shutdown_grace_secs: 1,
         require_auth: true,
         llm_url: None,
@@ -107,7 +114,11 @@ async fn an_oversized_body_is_refused() {
         mcp_post("localhost").header(header::CONTENT_LENGTH, 4096).body(Body::from(vec![b' '; 4096]));
     let response = app(state()).oneshot(request.unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(json(response).await["error"]["code"], "payload_too_large");
+    let body = json(response).await;
+    assert_eq!(
+        (body["error"]["code"].as_i64(), body["error"]["data"]["code"].as_str()),
+        (Some(-32600), Some("payload_too_large"))
+    );
 }
 
 #[tokio::test]
@@ -125,4 +136,25 @@ async fn health_answers_without_the_database_and_unknown_paths_are_json_404() {
     let response = app(state()).oneshot(Request::get("/nowhere").body(Body::empty()).unwrap()).await.unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     assert_eq!(json(response).await["error"]["code"], "not_found");
+}
+
+#[tokio::test]
+async fn a_chunked_body_over_the_limit_is_413_with_the_json_error() {
+    // No Content-Length: the limit is only found while reading.
+    let chunks = futures_chunks(8, 512);
+    let request = Request::post("/api/console/form-screening")
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer qlm_whatever")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(chunks));
+    let response = app(state()).oneshot(request.unwrap()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(json(response).await["error"]["code"], "payload_too_large");
+}
+
+fn futures_chunks(
+    n: usize,
+    size: usize,
+) -> impl futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+    futures_util::stream::iter((0..n).map(move |_| Ok(vec![b' '; size])))
 }

@@ -96,6 +96,7 @@ unsafe extern "C-unwind" fn on_subxact_event(
 ) {
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
         crate::lifecycle::clear();
+        crate::partitions::clear();
     }
 }
 
@@ -133,6 +134,7 @@ pub fn clear() {
     CONTEXT.with(|c| c.borrow_mut().take());
     PRESENTED.with(|p| p.borrow_mut().take());
     crate::lifecycle::clear();
+    crate::partitions::clear();
 }
 
 /// The context of the current transaction, if one was established in it.

@@ -5,7 +5,10 @@ use pgrx::prelude::*;
 
 mod context;
 mod envelopes;
+mod health;
 mod lifecycle;
+mod partitions;
+mod retention;
 mod secrets;
 mod semantic;
 
@@ -52,7 +55,11 @@ extension_sql_file!(
         envelopes::did_binding_message
     ]
 );
-extension_sql_file!("../../sql/020_ledger.sql", name = "ledger", requires = ["context"]);
+extension_sql_file!(
+    "../../sql/020_ledger.sql",
+    name = "ledger",
+    requires = ["context", partitions::create_time_partition]
+);
 extension_sql_file!("../../sql/030_identity.sql", name = "identity", requires = ["ledger"]);
 extension_sql_file!("../../sql/040_credentials.sql", name = "credentials", requires = ["identity"]);
 extension_sql_file!("../../sql/050_audit.sql", name = "audit", requires = ["credentials"]);
@@ -78,12 +85,22 @@ extension_sql_file!(
         semantic::demo_documents
     ]
 );
+extension_sql_file!("../../sql/150_limits.sql", name = "limits", requires = ["semantics"]);
+extension_sql_file!("../../sql/155_idempotency.sql", name = "idempotency", requires = ["limits"]);
+extension_sql_file!(
+    "../../sql/160_retention.sql",
+    name = "retention",
+    requires = ["idempotency", retention::sign_statement, retention::statement_signature_valid]
+);
+extension_sql_file!("../../sql/165_health.sql", name = "health", requires = ["retention", health::disk_free]);
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod durability_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;
+#[cfg(any(test, feature = "pg_test"))]
+mod pg_tests_faults;
 
 /// Hooks for `cargo pgrx test`.
 #[cfg(test)]

@@ -4,6 +4,7 @@
 mod content;
 mod context;
 mod envelopes;
+mod faults;
 mod immutability;
 mod install;
 mod isolation;

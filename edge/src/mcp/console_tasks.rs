@@ -25,6 +25,9 @@ pub struct ClaimConsoleTaskParams {
     /// A turn this connection already claimed: answers with the next step of its current plan
     /// version. Omit to claim the next queued turn of this agent's conversations on the site.
     pub turn_id: Option<Uuid>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// The kind of work a step does. The server assigns the risk and the scope it needs from it.
@@ -79,6 +82,9 @@ pub struct CreateTaskPlanParams {
     pub goal: String,
     /// The steps, 1 to 50, in the order they should run when their dependencies allow.
     pub steps: Vec<PlanStepInput>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// How the reported work ended.
@@ -122,6 +128,9 @@ pub struct CompleteConsoleTaskParams {
     /// Proposals of this connection the work produced. A step whose operation produces a
     /// proposal must name exactly that one proposal; the step then waits for a member's decision.
     pub proposal_ids: Option<Vec<Uuid>>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// A member's request in a conversation.
@@ -240,7 +249,7 @@ impl QueryLayerMcp {
     ) -> Result<Json<ConsoleTask>, CallToolResult> {
         let call =
             Call::new("claim_console_task").opt("p_session_id", p.session_id).opt("p_turn_id", p.turn_id);
-        self.call(&ctx, "querylayer_claim_console_task", call).await
+        self.call(&ctx, "querylayer_claim_console_task", call.idempotent(p.idempotency_key)).await
     }
 
     /// Turn a multi-step goal for a claimed turn into a new version of its task plan, bound to
@@ -269,7 +278,7 @@ impl QueryLayerMcp {
             .arg("p_session_id", p.session_id)
             .arg("p_goal", p.goal)
             .arg("p_steps", steps);
-        self.call(&ctx, "querylayer_create_task_plan", call).await
+        self.call(&ctx, "querylayer_create_task_plan", call.idempotent(p.idempotency_key)).await
     }
 
     /// Report the running step (succeeded, naming the one proposal a proposal-producing step
@@ -299,7 +308,7 @@ impl QueryLayerMcp {
             .opt("p_summary", p.summary)
             .opt("p_run_ids", p.run_ids)
             .opt("p_proposal_ids", p.proposal_ids);
-        self.call(&ctx, "querylayer_complete_console_task", call).await
+        self.call(&ctx, "querylayer_complete_console_task", call.idempotent(p.idempotency_key)).await
     }
 }
 

@@ -69,6 +69,9 @@ pub struct CreateDraftParams {
     /// The new item's slug (lowercase letters, digits and `/_-`). Required for a new item; an
     /// existing item's slug cannot change.
     pub slug: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// The item after the draft, with the new revision.
@@ -131,6 +134,6 @@ impl QueryLayerMcp {
             .arg("p_fields", p.fields)
             .opt("p_content_id", p.content_id)
             .opt("p_slug", p.slug);
-        self.call(&ctx, "querylayer_create_draft", call).await
+        self.call(&ctx, "querylayer_create_draft", call.idempotent(p.idempotency_key)).await
     }
 }

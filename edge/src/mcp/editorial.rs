@@ -107,6 +107,9 @@ pub struct ProposeOpportunitiesParams {
     pub opportunity_ids: Vec<Uuid>,
     /// A short summary for the member who decides (at most 2000 characters).
     pub summary: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// Paging for briefs.
@@ -154,6 +157,9 @@ pub struct ProposeBriefDraftParams {
     pub revision_id: Uuid,
     /// A short summary for the member who decides (at most 2000 characters).
     pub summary: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 #[tool_router(router = editorial_router, vis = "pub(super)")]
@@ -226,7 +232,12 @@ impl QueryLayerMcp {
             .arg("p_run_id", p.run_id)
             .arg("p_opportunity_ids", p.opportunity_ids)
             .opt("p_summary", p.summary);
-        self.call(&ctx, "querylayer_propose_topical_strategy_opportunities", call).await
+        self.call(
+            &ctx,
+            "querylayer_propose_topical_strategy_opportunities",
+            call.idempotent(p.idempotency_key),
+        )
+        .await
     }
 
     /// List the site's immutable content briefs, newest first: the planned pages a member's
@@ -276,6 +287,6 @@ impl QueryLayerMcp {
             .arg("p_content_id", p.content_id)
             .arg("p_revision_id", p.revision_id)
             .opt("p_summary", p.summary);
-        self.call(&ctx, "querylayer_propose_content_brief_draft", call).await
+        self.call(&ctx, "querylayer_propose_content_brief_draft", call.idempotent(p.idempotency_key)).await
     }
 }

@@ -33,6 +33,9 @@ pub struct RecordEvidenceParams {
     /// The SHA-256 (64 hex characters) of the source content as retrieved; re-verification
     /// compares against it.
     pub source_sha256: String,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// The recorded evidence (an immutable, hash-chained record).
@@ -168,7 +171,7 @@ impl QueryLayerMcp {
             .arg("p_quoted_span", p.quoted_span)
             .arg("p_retrieved_at", p.retrieved_at)
             .arg("p_source_sha256", p.source_sha256);
-        self.call(&ctx, "querylayer_record_claim_evidence", call).await
+        self.call(&ctx, "querylayer_record_claim_evidence", call.idempotent(p.idempotency_key)).await
     }
 
     /// List the site's claim evidence (claim, source URL, quoted span, retrieval time, hash),

@@ -19,6 +19,8 @@ mod sources;
 pub use semantics::answer as semantics_answer;
 pub use semantics::answer_signed as semantics_answer_signed;
 
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,9 +40,10 @@ use rmcp::{tool_handler, ErrorData as McpError, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
 
 use crate::auth::{self, Fingerprint, Principal};
+use crate::bulkhead::{Access, SiteLimits};
 use crate::config::HttpConfig;
-use crate::db::{parse, Call, Db, ToolAudit};
-use crate::error::Error;
+use crate::db::{parse, Answered, Call, Db, Idempotency, ToolAudit};
+use crate::error::{Error, TOOL_ERROR_META_KEY};
 use crate::{limits, AppState};
 
 /// Which scopes make a tool visible in `tools/list` (any one of them suffices). Discovery
@@ -132,6 +135,44 @@ completed while a required output is missing is stored as blocked. Drafts never 
 querylayer_request_publish_approval asks a human to approve. Errors carry a stable code in \
 _meta[\"querylayer/error\"].";
 
+/// The key under which a replayed answer is marked in a tool result's `_meta`.
+pub const REPLAY_META_KEY: &str = "querylayer/idempotent-replay";
+
+/// Every tool that is not read-only takes an optional `idempotency_key` (docs/edge.md).
+pub(crate) fn idempotency_key(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 255,
+        "pattern": "^[!-~]+$",
+        "description": "Makes a retry safe. Send a new key (a UUID) with each call you mean to make once; \
+            when you cannot tell whether the call took effect (a timeout, a lost connection, a retryable \
+            error), repeat it with the same key and the same arguments: it takes effect at most once and \
+            returns its first answer. The same key with other arguments is refused \
+            (idempotency_key_reused). Keys are kept for 24 hours (idempotency_key_ttl_hours)."
+    })
+}
+
+/// What `call_tool` learns of a write before dispatching it: the SHA-256 of its arguments (for
+/// its idempotency key), and whether the answer turned out to be a stored one.
+#[derive(Clone)]
+struct WriteRequest {
+    sha256: [u8; 32],
+    replayed: Arc<AtomicBool>,
+}
+
+/// The SHA-256 of a tool call's canonical arguments, without the key itself.
+fn request_sha256(tool: &str, arguments: Option<&rmcp::model::JsonObject>) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut arguments = arguments.cloned().unwrap_or_default();
+    arguments.remove("idempotency_key");
+    let canonical = querylayer_envelope::canonical::canonical_json_value(&serde_json::json!({
+        "tool": tool,
+        "arguments": serde_json::Value::Object(arguments),
+    }));
+    Sha256::digest(canonical.as_bytes()).into()
+}
+
 /// How a tool call finds its credential: the HTTP request's principal, or the stdio secret.
 #[derive(Clone)]
 pub struct QueryLayerMcp {
@@ -140,6 +181,10 @@ pub struct QueryLayerMcp {
     stdio_fingerprint: Option<Fingerprint>,
     /// The optional LLM that writes answer text (`--llm-url`); governance is unchanged by it.
     llm: Option<crate::llm::Llm>,
+    /// Each site's share of the pool (HTTP only: stdio serves one connection).
+    sites: Option<Arc<SiteLimits>>,
+    /// The tools that are not read-only: they take idempotency keys and write permits.
+    writes: Arc<HashSet<String>>,
 }
 
 impl QueryLayerMcp {
@@ -154,7 +199,54 @@ impl QueryLayerMcp {
             + Self::evidence_router()
             + Self::forms_router()
             + Self::semantics_router();
-        QueryLayerMcp { db, tools: Arc::new(tools), stdio_fingerprint, llm: None }
+        let writes = tools
+            .list_all()
+            .into_iter()
+            .filter(|t| t.annotations.as_ref().and_then(|a| a.read_only_hint) != Some(true))
+            .map(|t| t.name.to_string())
+            .collect();
+        QueryLayerMcp {
+            db,
+            tools: Arc::new(tools),
+            stdio_fingerprint,
+            llm: None,
+            sites: None,
+            writes: Arc::new(writes),
+        }
+    }
+
+    /// Calls take a permit of their site first (`bulkhead`).
+    pub fn with_site_limits(mut self, sites: Arc<SiteLimits>) -> Self {
+        self.sites = Some(sites);
+        self
+    }
+
+    /// A permit of the call's site (HTTP), or `overloaded`.
+    async fn site_permit(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        tool: &str,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Error> {
+        let (Some(sites), Some(principal)) = (&self.sites, Self::principal(ctx)) else {
+            return Ok(None);
+        };
+        let access = if self.writes.contains(tool) { Access::Write } else { Access::Read };
+        sites.acquire(&principal.context.site, access).await.map(Some)
+    }
+
+    /// The idempotency of a call whose tool got `key`, with the arguments `call_tool` hashed.
+    fn idempotency(ctx: &RequestContext<RoleServer>, tool: &str, key: Option<&str>) -> Option<Idempotency> {
+        let key = key?;
+        let request = ctx.extensions.get::<WriteRequest>()?;
+        Some(Idempotency { key: key.to_string(), action: tool.to_string(), request_sha256: request.sha256 })
+    }
+
+    fn note_replay(ctx: &RequestContext<RoleServer>, answered: Answered) {
+        if answered == Answered::Before {
+            if let Some(request) = ctx.extensions.get::<WriteRequest>() {
+                request.replayed.store(true, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Answers are written by this LLM (the database still governs and signs them).
@@ -214,13 +306,24 @@ impl QueryLayerMcp {
         &self,
         ctx: &RequestContext<RoleServer>,
         tool: &'static str,
+        idempotency_key: Option<String>,
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<serde_json::Value, Error>,
     ) -> Result<Json<T>, CallToolResult> {
         let audit = ToolAudit { tool, started: Instant::now() };
         let Some(fingerprint) = self.fingerprint(ctx) else {
             return Err(Error::unauthenticated().into_tool_result());
         };
-        let result = self.db.steps_as_connection(&fingerprint, &audit, steps).await.and_then(parse::<T>);
+        let _permit = self.site_permit(ctx, tool).await.map_err(Error::into_tool_result)?;
+        let idem = Self::idempotency(ctx, tool, idempotency_key.as_deref());
+        let result = self
+            .db
+            .steps_as_connection(&fingerprint, &audit, idem.as_ref(), steps)
+            .await
+            .map(|(value, answered)| {
+                Self::note_replay(ctx, answered);
+                value
+            })
+            .and_then(parse::<T>);
         let duration_ms = audit.started.elapsed().as_millis() as u64;
         match result {
             Ok(value) => {
@@ -249,7 +352,17 @@ impl QueryLayerMcp {
         let Some(fingerprint) = self.fingerprint(ctx) else {
             return Err(Error::unauthenticated().into_tool_result());
         };
-        let result = self.db.call_as_connection(&fingerprint, &call, &audit).await.and_then(parse::<T>);
+        let _permit = self.site_permit(ctx, tool).await.map_err(Error::into_tool_result)?;
+        let idem = Self::idempotency(ctx, tool, call.idempotency_key());
+        let result = self
+            .db
+            .call_as_connection(&fingerprint, &call, &audit, idem.as_ref())
+            .await
+            .map(|(value, answered)| {
+                Self::note_replay(ctx, answered);
+                value
+            })
+            .and_then(parse::<T>);
         let connection_id = Self::principal(ctx).map(|p| p.context.connection_id.to_string());
         let duration_ms = audit.started.elapsed().as_millis() as u64;
         match result {
@@ -327,11 +440,21 @@ impl ServerHandler for QueryLayerMcp {
         let Some(fingerprint) = self.fingerprint(&ctx) else {
             return Err(McpError::invalid_request("authentication failed", None));
         };
-        match self.db.call_as_connection(&fingerprint, &Call::new(function), &audit).await {
+        let permit = match self.site_permit(&ctx, "read_resource").await {
+            Ok(permit) => permit,
+            Err(error) => return Err(error.to_mcp_error()),
+        };
+        let outcome = self.db.call_as_connection(&fingerprint, &Call::new(function), &audit, None).await;
+        drop(permit);
+        match outcome.map(|(value, _)| value) {
             Ok(value) => Ok(ReadResourceResult::new(vec![
                 ResourceContents::text(value.to_string(), *uri).with_mime_type("application/json")
             ])
             .into()),
+            Err(error) if error.is_retryable() => {
+                error.log("read_resource");
+                Err(error.to_mcp_error())
+            }
             Err(error) => {
                 error.log("read_resource");
                 Err(McpError::invalid_request(serde_json::json!({ "error": error.body() }).to_string(), None))
@@ -352,9 +475,20 @@ impl ServerHandler for QueryLayerMcp {
         let started = Instant::now();
         let fingerprint = self.fingerprint(&ctx);
         let arguments = request.arguments.clone();
+        let mut ctx = ctx;
+        let replayed = Arc::new(AtomicBool::new(false));
+        let keyed = arguments.as_ref().is_some_and(|a| a.contains_key("idempotency_key"));
+        if keyed && self.writes.contains(tool) {
+            let sha256 = request_sha256(tool, arguments.as_ref());
+            ctx.extensions.insert(WriteRequest { sha256, replayed: replayed.clone() });
+        }
         let response = self.tools.call(ToolCallContext::new(self, request, ctx)).await?;
+        // "Retry later" is one JSON-RPC error for every MCP client, not a tool result.
+        if let Some(error) = retryable_error(&response) {
+            return Err(error);
+        }
         let Some(detail) = argument_error(&response) else {
-            return Ok(response);
+            return Ok(if replayed.load(Ordering::Relaxed) { mark_replayed(response) } else { response });
         };
         let fields = match self.tools.get(tool) {
             Some(definition) => offending_fields(&definition.input_schema, arguments),
@@ -381,6 +515,35 @@ impl ServerHandler for QueryLayerMcp {
         }
         Ok(error.into_tool_result().into())
     }
+}
+
+/// A tool error that says "retry later" (its `_meta` error has a retryable code), as the
+/// JSON-RPC error `RETRY_LATER` with the same error object as `data`.
+fn retryable_error(response: &CallToolResponse) -> Option<McpError> {
+    let CallToolResponse::Complete(result) = response else {
+        return None;
+    };
+    if result.is_error != Some(true) {
+        return None;
+    }
+    let error = result.meta.as_ref()?.0.get(TOOL_ERROR_META_KEY)?;
+    let code = error.get("code")?.as_str()?;
+    if !crate::error::is_retryable_code(code) {
+        return None;
+    }
+    let message = error.get("message").and_then(|m| m.as_str()).unwrap_or("retry later").to_string();
+    Some(McpError::new(rmcp::model::ErrorCode(crate::error::RETRY_LATER), message, Some(error.clone())))
+}
+
+/// Marks a tool result as the stored answer of an earlier call with the same idempotency key.
+fn mark_replayed(response: CallToolResponse) -> CallToolResponse {
+    let CallToolResponse::Complete(mut result) = response else {
+        return response;
+    };
+    let mut meta = result.meta.take().unwrap_or_default();
+    meta.0.insert(REPLAY_META_KEY.to_string(), serde_json::Value::Bool(true));
+    result.meta = Some(meta);
+    CallToolResponse::Complete(result)
 }
 
 /// rmcp answers arguments that do not deserialize with a bare tool error (`isError`, one text
@@ -438,10 +601,12 @@ fn offending_fields(
 }
 
 /// `/mcp`: authentication (the principal exists before any MCP server does), then the
-/// per-connection rate limit, then rmcp.
+/// per-connection rate limit, then the body gate (size, strict JSON, the JSON-RPC id, the time
+/// limit), then rmcp.
 pub fn router(state: &AppState) -> Router<AppState> {
     Router::new()
-        .route_service("/mcp", http_service(state.db.clone(), &state.config))
+        .route_service("/mcp", http_service(state.db.clone(), &state.config, state.sites.clone()))
+        .route_layer(middleware::from_fn_with_state(state.clone(), crate::body::mcp_gate))
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_connection))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_connection))
 }
@@ -452,8 +617,9 @@ pub fn router(state: &AppState) -> Router<AppState> {
 pub fn http_service(
     db: Db,
     config: &HttpConfig,
+    sites: Arc<SiteLimits>,
 ) -> StreamableHttpService<QueryLayerMcp, NeverSessionManager> {
-    let server = QueryLayerMcp::for_http(db).with_llm(config.llm.clone());
+    let server = QueryLayerMcp::for_http(db).with_llm(config.llm.clone()).with_site_limits(sites);
     let mcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -595,6 +761,9 @@ mod tests {
                 "{} needs a description",
                 tool.name
             );
+            // Every tool that writes takes an idempotency key (optional); no read-only tool does.
+            let keyed = input.get("properties").and_then(|p| p.get("idempotency_key")).is_some();
+            assert_eq!(keyed, !read_only, "{}: idempotency_key", tool.name);
             let schemas = serde_json::json!([input.as_ref(), output.as_ref()]);
             assert!(!has_boolean_subschema(&schemas), "{} has a boolean subschema: {schemas}", tool.name);
         }

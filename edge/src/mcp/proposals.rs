@@ -31,6 +31,9 @@ pub struct CreateProposalParams {
     pub payload: Value,
     /// A short summary for the human who decides (at most 2000 characters).
     pub summary: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// Filters for the site's proposals.
@@ -68,6 +71,9 @@ pub struct RequestPublishApprovalParams {
     pub items: Vec<PublishItem>,
     /// A short summary for the human who decides.
     pub summary: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// One lifecycle item of a proposal.
@@ -163,7 +169,7 @@ impl QueryLayerMcp {
             .arg("p_type", p.proposal_type)
             .arg("p_payload", p.payload)
             .opt("p_summary", p.summary);
-        self.call(&ctx, "querylayer_create_proposal", call).await
+        self.call(&ctx, "querylayer_create_proposal", call.idempotent(p.idempotency_key)).await
     }
 
     /// List the site's proposals with their items, decision and execution, newest first.
@@ -212,6 +218,6 @@ impl QueryLayerMcp {
             .arg("p_run_id", p.run_id)
             .arg("p_items", items)
             .opt("p_summary", p.summary);
-        self.call(&ctx, "querylayer_request_publish_approval", call).await
+        self.call(&ctx, "querylayer_request_publish_approval", call.idempotent(p.idempotency_key)).await
     }
 }

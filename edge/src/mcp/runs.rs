@@ -28,6 +28,13 @@ pub struct BeginRunParams {
     pub required_outputs: Option<Vec<String>>,
     /// Human-readable conditions that define done, for example `["a draft exists"]`.
     pub completion_conditions: Option<Vec<String>>,
+    /// Seconds the run may stay open; past it the worker closes it as `cancelled`
+    /// (`deadline_exceeded`). At most the operator's `run_deadline_max_seconds`; by default
+    /// `run_deadline_default_seconds` (24 hours).
+    pub deadline_seconds: Option<i32>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// A governed run.
@@ -58,6 +65,9 @@ pub struct Run {
     pub missing_outputs: Option<Vec<String>>,
     pub summary: Option<String>,
     pub finished_at: Option<String>,
+    /// When the worker closes the run if it is still open (runs begun before deadlines existed
+    /// may have none).
+    pub deadline_at: Option<String>,
     /// Keys of the artifacts recorded so far.
     pub artifact_keys: Vec<String>,
 }
@@ -87,6 +97,9 @@ pub struct RecordArtifactParams {
     /// The content objects this result touches.
     #[schemars(with = "Option<Vec<AffectedObject>>")]
     pub affected_objects: Option<Value>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// The recorded artifact.
@@ -104,7 +117,7 @@ pub struct Artifact {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FinishRunParams {
-    /// The open run (of this connection).
+    /// The open run (of this agent: any of its connections may finish it).
     pub run_id: Uuid,
     /// One of `completed`, `completed_with_warnings`, `needs_human_input`, `blocked`,
     /// `failed`, `cancelled`. A completion with required outputs missing is stored as `blocked`.
@@ -115,6 +128,9 @@ pub struct FinishRunParams {
     #[serde(default)]
     #[schemars(schema_with = "super::any_array")]
     pub reasons: Option<Vec<Value>>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 #[tool_router(router = runs_router, vis = "pub(super)")]
@@ -141,8 +157,9 @@ impl QueryLayerMcp {
             .arg("p_run_type", p.run_type)
             .opt("p_input", p.input)
             .opt("p_required_outputs", p.required_outputs)
-            .opt("p_completion_conditions", p.completion_conditions);
-        self.call(&ctx, "querylayer_begin_run", call).await
+            .opt("p_completion_conditions", p.completion_conditions)
+            .opt("p_deadline_seconds", p.deadline_seconds);
+        self.call(&ctx, "querylayer_begin_run", call.idempotent(p.idempotency_key)).await
     }
 
     /// Record one material result of an open run as an immutable artifact under a key (one
@@ -167,7 +184,7 @@ impl QueryLayerMcp {
             .arg("p_key", p.key)
             .arg("p_value", p.value)
             .opt("p_affected_objects", p.affected_objects);
-        self.call(&ctx, "querylayer_record_artifact", call).await
+        self.call(&ctx, "querylayer_record_artifact", call.idempotent(p.idempotency_key)).await
     }
 
     /// Finish an open run with one terminal outcome. A run finished as completed while a
@@ -193,6 +210,6 @@ impl QueryLayerMcp {
             .arg("p_outcome", p.outcome)
             .opt("p_summary", p.summary)
             .opt("p_reasons", p.reasons.map(Value::Array));
-        self.call(&ctx, "querylayer_finish_run", call).await
+        self.call(&ctx, "querylayer_finish_run", call.idempotent(p.idempotency_key)).await
     }
 }

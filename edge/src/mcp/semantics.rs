@@ -70,6 +70,9 @@ pub struct CheckAccessParams {
     pub action: Option<String>,
     /// The purpose stated for ODRL `purpose` constraints.
     pub purpose: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// RBAC AND ODRL, both halves shown, with the receipt that was recorded.
@@ -95,6 +98,9 @@ pub struct AccessDecision {
 pub struct BundleParams {
     /// The purpose stated for ODRL `purpose` constraints.
     pub purpose: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// The per-principal view of the model: each dataset and metric with its access decision.
@@ -124,6 +130,9 @@ pub struct ImportModelParams {
     /// object or a one-item list; `ai_context` a string or an object.
     #[schemars(schema_with = "super::any_json")]
     pub document: Value,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// The imported version.
@@ -148,6 +157,9 @@ pub struct AnswerParams {
     pub purpose: Option<String>,
     /// The SQL dialect to plan in (default `SAIL_SQL`).
     pub dialect: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// A governed, signed, lineage-anchored answer.
@@ -185,10 +197,14 @@ pub struct SignedAnswer {
     pub lineage_event_id: Uuid,
 }
 
-/// No arguments.
+/// No arguments but the idempotency key.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StoryParams {}
+pub struct StoryParams {
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
+}
 
 /// The story: each specialist gated by the site's rights, with its receipt, COMMIT event and
 /// attestation.
@@ -312,7 +328,8 @@ impl QueryLayerMcp {
             Call::new("check_access")
                 .arg("p_resource", p.resource)
                 .opt("p_action", p.action)
-                .opt("p_purpose", p.purpose),
+                .opt("p_purpose", p.purpose)
+                .idempotent(p.idempotency_key),
         )
         .await
     }
@@ -337,7 +354,7 @@ impl QueryLayerMcp {
         self.call(
             &ctx,
             "build_navigator_bundle",
-            Call::new("build_navigator_bundle").opt("p_purpose", p.purpose),
+            Call::new("build_navigator_bundle").opt("p_purpose", p.purpose).idempotent(p.idempotency_key),
         )
         .await
     }
@@ -362,7 +379,9 @@ impl QueryLayerMcp {
         self.call(
             &ctx,
             "import_semantic_model",
-            Call::new("import_semantic_model").arg("p_document", as_text(p.document)),
+            Call::new("import_semantic_model")
+                .arg("p_document", as_text(p.document))
+                .idempotent(p.idempotency_key),
         )
         .await
     }
@@ -387,7 +406,7 @@ impl QueryLayerMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<SignedAnswer>, CallToolResult> {
         let llm = self.llm.clone();
-        self.steps(&ctx, "answer_question", async move |tx| {
+        self.steps(&ctx, "answer_question", p.idempotency_key, async move |tx| {
             answer(tx, llm.as_ref(), p.question, p.purpose, p.dialect).await
         })
         .await
@@ -408,10 +427,10 @@ impl QueryLayerMcp {
     )]
     async fn run_qglake_story(
         &self,
-        Parameters(_): Parameters<StoryParams>,
+        Parameters(p): Parameters<StoryParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<StoryRun>, CallToolResult> {
-        self.call(&ctx, "run_qglake_story", Call::new("run_qglake_story")).await
+        self.call(&ctx, "run_qglake_story", Call::new("run_qglake_story").idempotent(p.idempotency_key)).await
     }
 
     /// Verify a TypeDID envelope on its own: its payload hash and its Ed25519 signature against

@@ -30,6 +30,9 @@ pub struct StagePackageParams {
     pub records: Vec<Value>,
     /// Where the records come from (free text).
     pub source: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 /// Validation of one staged record (deterministic: the same record always gets the same result).
@@ -139,6 +142,9 @@ pub struct ProposeSourceDraftParams {
     pub revision_id: Uuid,
     /// A short summary for the member who decides (at most 2000 characters).
     pub summary: Option<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "super::idempotency_key")]
+    pub idempotency_key: Option<String>,
 }
 
 #[tool_router(router = sources_router, vis = "pub(super)")]
@@ -167,7 +173,7 @@ impl QueryLayerMcp {
             .arg("p_name", p.name)
             .arg("p_records", Value::Array(p.records))
             .opt("p_source", p.source);
-        self.call(&ctx, "querylayer_stage_content_source_package", call).await
+        self.call(&ctx, "querylayer_stage_content_source_package", call.idempotent(p.idempotency_key)).await
     }
 
     /// List the site's staged source packages, newest first, with checksums, counts and
@@ -243,6 +249,6 @@ impl QueryLayerMcp {
             .arg("p_content_id", p.content_id)
             .arg("p_revision_id", p.revision_id)
             .opt("p_summary", p.summary);
-        self.call(&ctx, "querylayer_propose_content_source_draft", call).await
+        self.call(&ctx, "querylayer_propose_content_source_draft", call.idempotent(p.idempotency_key)).await
     }
 }

@@ -133,12 +133,24 @@ async def test_bad_arguments_and_governed_refusals_are_tool_errors_with_stable_c
             await client.call_tool("querylayer_drop_everything", {})
 
 
-async def test_another_connections_run_is_refused():
+async def test_another_agents_run_is_refused_and_the_agents_other_connection_may_finish_it():
     async with mcp(mint()["secret"]) as first:
         run = structured(await first.call_tool("querylayer_begin_run", {"run_type": "article.draft"}))
+        other_run = structured(await first.call_tool("querylayer_begin_run", {"run_type": "article.draft"}))
+    agent = f"other-{uuid.uuid4().hex[:8]}"
+    admin("create-agent", "--organization", "demo", "--handle", agent)
+    admin("grant-scopes", "--site", "demo", "--agent", agent, "--scopes", "runs:write,runs:read")
+    async with mcp(mint(["runs:write", "runs:read"], agent=agent)["secret"]) as stranger:
+        error = tool_error(await stranger.call_tool("querylayer_finish_run", {"run_id": run["run_id"], "outcome": "cancelled"}))
+        assert error["code"] == "forbidden" and "another agent" in error["message"]
+    # The same agent through another connection (the first one lost, revoked or expired) may.
     async with mcp(mint()["secret"]) as second:
-        error = tool_error(await second.call_tool("querylayer_finish_run", {"run_id": run["run_id"], "outcome": "cancelled"}))
-    assert error["code"] == "forbidden"
+        done = structured(await second.call_tool("querylayer_finish_run", {"run_id": run["run_id"], "outcome": "failed"}))
+        assert done["outcome"] == "failed"
+        # It may not add to a run it did not begin.
+        refused = tool_error(await second.call_tool("querylayer_record_artifact", {
+            "run_id": other_run["run_id"], "key": "k", "value": 1}))
+        assert refused["code"] == "forbidden"
 
 
 async def test_every_tool_call_leaves_an_audit_row_without_argument_values():
