@@ -69,7 +69,7 @@ fn repeatable_read_opened_before_a_revocation_cannot_authenticate_after_it() {
     assert_eq!(sql_error(&err), ("28000".into(), "authentication failed".into()));
     edge.batch_execute("ROLLBACK").unwrap();
     // Nothing was written as the revoked connection.
-    let runs: i64 = db.superuser().query_one("SELECT count(*) FROM querylayer.runs", &[]).unwrap().get(0);
+    let runs: i64 = db.superuser().query_one("SELECT count(*) FROM querylayer.runs WHERE site_id = (SELECT id FROM querylayer.sites WHERE slug = 'demo')", &[]).unwrap().get(0);
     assert_eq!(runs, 0);
 }
 
@@ -113,7 +113,7 @@ fn revoking_a_connection_ends_the_backends_acting_with_it() {
     assert_eq!(ended["already_revoked"], false);
     assert_ended(&mut edge, "SELECT querylayer_api.begin_run('article.draft')");
     // The run begun before the revocation was never committed either.
-    let runs: i64 = db.superuser().query_one("SELECT count(*) FROM querylayer.runs", &[]).unwrap().get(0);
+    let runs: i64 = db.superuser().query_one("SELECT count(*) FROM querylayer.runs WHERE site_id = (SELECT id FROM querylayer.sites WHERE slug = 'demo')", &[]).unwrap().get(0);
     assert_eq!(runs, 0);
 }
 
@@ -229,7 +229,7 @@ fn an_editor_demoted_to_viewer_cannot_go_on_approving() {
     assert_eq!(sql_error(&err).0, "40001");
     let state: String = db
         .superuser()
-        .query_one("SELECT count(*)::text FROM querylayer.proposal_decisions", &[])
+        .query_one("SELECT count(*)::text FROM querylayer.proposal_decisions WHERE site_id = (SELECT id FROM querylayer.sites WHERE slug = 'demo')", &[])
         .unwrap()
         .get(0);
     assert_eq!(state, "0", "no decision was recorded");
@@ -249,7 +249,8 @@ fn a_revoked_owner_token_cannot_go_on_publishing() {
     let live: i64 = db
         .superuser()
         .query_one(
-            "SELECT count(*) FROM querylayer.content_items WHERE published_revision_id IS NOT NULL",
+            "SELECT count(*) FROM querylayer.content_items
+              WHERE site_id = (SELECT id FROM querylayer.sites WHERE slug = 'demo') AND published_revision_id IS NOT NULL",
             &[],
         )
         .unwrap()
