@@ -62,7 +62,8 @@ SELECT querylayer.make_append_only('querylayer.ledger_forms'::regclass);
 -- dumped by pg_dump (990_privileges.sql).
 CREATE FUNCTION querylayer.catalog_tables() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT ARRAY['ledger_forms', 'ledger_tables', 'proposal_types', 'scopes', 'task_operations']
+    SELECT ARRAY['aging_tables', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes', 'task_operations',
+                 'value_limits']
 $$;
 
 -- The columns make_chained adds: the chain itself and the record's form. No form hashes them.
@@ -379,6 +380,12 @@ BEGIN
     END IF;
     INSERT INTO querylayer.aging_tables (table_name, time_column) VALUES (v_name, p_column)
     ON CONFLICT (table_name) DO NOTHING;
+    -- A restore (docs/operations.md) runs CREATE EXTENSION and then brings back the partitions
+    -- the dump holds, each month as it was: creating any here would collide with them. The
+    -- worker's maintenance (ensure_time_partitions) adds the months ahead afterwards.
+    IF querylayer.restoring() THEN
+        RETURN;
+    END IF;
     PERFORM querylayer.ensure_time_partitions(v_name);
 END
 $$;

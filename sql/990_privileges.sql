@@ -38,6 +38,7 @@ BEGIN
     FOR r IN SELECT c.oid::regclass AS tbl
                FROM pg_catalog.pg_class c
               WHERE c.relnamespace = 'querylayer'::regnamespace AND c.relkind IN ('r', 'p', 'S')
+                AND NOT c.relispartition
                 AND NOT (c.relname::text = ANY (querylayer.catalog_tables()))
               ORDER BY c.relname LOOP
         PERFORM pg_catalog.pg_extension_config_dump(r.tbl, '');
