@@ -181,6 +181,9 @@ mod tests {
         assert!(!ready);
         assert_eq!(report["status"], "unavailable");
         assert_eq!(report["versions"]["extension"], "0.1.0");
-        assert!(report["checks"]["version"]["reason"].as_str().unwrap().contains("ALTER EXTENSION querylayer UPDATE"));
+        assert!(report["checks"]["version"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("ALTER EXTENSION querylayer UPDATE"));
     }
 }

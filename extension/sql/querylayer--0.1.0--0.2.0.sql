@@ -89,6 +89,11 @@ INSERT INTO querylayer.ledger_forms (table_name, form, fields) VALUES
     ('querylayer.runs', 1, '{agent_id,completion_conditions,connection_id,harness,id,input,organization_id,required_outputs,run_type,site_id,started_at}'),
     ('querylayer.semantic_models', 1, '{connection_id,document,id,imported_at,imported_by,name,site_id,source_sha256,version}');
 
+-- (a) sql/upgrades/0.2.0/14-run-deadlines.pre.sql
+
+-- Issue 14: begin_run takes a deadline (p_deadline_seconds); its 0.1.0 signature goes first.
+DROP FUNCTION IF EXISTS querylayer_api.begin_run(text, jsonb, text[], text[]);
+
 -- (b) the functions of a fresh 0.2.0 install
 
 CREATE OR REPLACE FUNCTION querylayer.acting_principal()
@@ -144,6 +149,34 @@ END
 $function$;
 ALTER FUNCTION querylayer.add_ledger_form(regclass,text[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.add_ledger_form(regclass,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.age_by_month(p_table regclass, p_column name)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_name text;
+BEGIN
+    SELECT format('%I.%I', n.nspname, c.relname) INTO v_name
+      FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.oid = p_table AND c.relkind = 'p';
+    IF v_name IS NULL THEN
+        RAISE EXCEPTION '% is not a partitioned table', p_table;
+    END IF;
+    INSERT INTO querylayer.aging_tables (table_name, time_column) VALUES (v_name, p_column)
+    ON CONFLICT (table_name) DO NOTHING;
+    -- A restore (docs/operations.md) runs CREATE EXTENSION and then brings back the partitions
+    -- the dump holds, each month as it was: creating any here would collide with them. The
+    -- worker's maintenance (ensure_time_partitions) adds the months ahead afterwards.
+    IF querylayer.restoring() THEN
+        RETURN;
+    END IF;
+    PERFORM querylayer.ensure_time_partitions(v_name);
+END
+$function$;
+ALTER FUNCTION querylayer.age_by_month(regclass,name) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.age_by_month(regclass,name) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.agent_by_handle(p_organization_id uuid, p_handle text)
  RETURNS querylayer.agents
@@ -458,7 +491,8 @@ CREATE OR REPLACE FUNCTION querylayer.catalog_tables()
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT ARRAY['ledger_forms', 'ledger_tables', 'proposal_types', 'scopes', 'task_operations']
+    SELECT ARRAY['aging_tables', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes', 'task_operations',
+                 'value_limits']
 $function$;
 ALTER FUNCTION querylayer.catalog_tables() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.catalog_tables() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -489,6 +523,7 @@ BEGIN
     v_form := querylayer.newest_ledger_form(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
     NEW.ledger_form := v_form.form;
     v_content := querylayer.ledger_content(to_jsonb(NEW), v_form.fields);
+    PERFORM querylayer.lock_ledger_head(NEW.site_id);
     UPDATE querylayer.ledger_heads h
        SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || v_content)
      WHERE h.site_id = NEW.site_id
@@ -778,6 +813,39 @@ $function$;
 ALTER FUNCTION querylayer.check_payload(text,jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.check_payload(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.check_run_closer(p_run querylayer.runs, p_agent uuid, p_connection uuid, p_outcome text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF querylayer.ctx_kind() = 'connection' THEN
+        IF querylayer.ctx_agent_id() IS DISTINCT FROM p_run.agent_id
+           OR p_agent IS DISTINCT FROM p_run.agent_id
+           OR p_connection IS DISTINCT FROM querylayer.ctx_connection_id() THEN
+            RAISE EXCEPTION 'run % belongs to another agent', p_run.id USING ERRCODE = 'QL403';
+        END IF;
+        RETURN;
+    END IF;
+    IF querylayer.ctx_kind() = 'member' AND querylayer.ctx_member_role() NOT IN ('owner', 'admin') THEN
+        RAISE EXCEPTION 'a member with role % may not close runs (requires owner or admin)', querylayer.ctx_member_role()
+            USING ERRCODE = 'QL403';
+    END IF;
+    IF querylayer.ctx_kind() = 'member' OR querylayer.ctx_is_operator() THEN
+        IF p_outcome IS DISTINCT FROM 'cancelled' OR p_agent IS DISTINCT FROM p_run.agent_id
+           OR p_connection IS DISTINCT FROM p_run.connection_id THEN
+            RAISE EXCEPTION 'run % can only be cancelled, in its own agent''s name, by anyone but its agent', p_run.id
+                USING ERRCODE = 'QL403';
+        END IF;
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'no authenticated principal may close run % in this transaction', p_run.id USING ERRCODE = 'QL401';
+END
+$function$;
+ALTER FUNCTION querylayer.check_run_closer(querylayer.runs,uuid,uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.check_run_closer(querylayer.runs,uuid,uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.check_slug(p_value text, p_what text)
  RETURNS text
  LANGUAGE plpgsql
@@ -952,6 +1020,42 @@ END
 $function$;
 ALTER FUNCTION querylayer.claimed_turn(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.claimed_turn(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.close_run(p_run_id uuid, p_reason_code text, p_closed_by jsonb, p_message text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_run     querylayer.runs;
+    v_outcome text;
+    v_reason  jsonb;
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended(p_run_id::text, 7));
+    SELECT * INTO v_run FROM querylayer.runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
+    END IF;
+    SELECT outcome INTO v_outcome FROM querylayer.run_events WHERE run_id = p_run_id AND kind = 'finished';
+    IF FOUND THEN
+        RAISE EXCEPTION 'run % is finished (%); there is nothing to cancel', p_run_id, v_outcome
+            USING ERRCODE = 'QL410';
+    END IF;
+    v_reason := jsonb_build_object('code', p_reason_code, 'closed_by', p_closed_by);
+    IF p_message IS NOT NULL THEN
+        v_reason := v_reason || jsonb_build_object('message', p_message);
+    END IF;
+    INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness, outcome,
+                                       requested_outcome, reason_code, reasons)
+    VALUES (v_run.site_id, v_run.id, 'finished', v_run.agent_id, v_run.connection_id, v_run.harness,
+            'cancelled', 'cancelled', p_reason_code, jsonb_build_array(v_reason));
+    PERFORM querylayer.audit('run.close'::text, v_run.id::text,
+        jsonb_build_object('reason_code', p_reason_code, 'closed_by', p_closed_by->>'kind'));
+    RETURN querylayer.run_json(v_run);
+END
+$function$;
+ALTER FUNCTION querylayer.close_run(uuid,text,jsonb,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.close_run(uuid,text,jsonb,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.connections_check_scopes()
  RETURNS trigger
@@ -1131,6 +1235,13 @@ END
 $function$;
 ALTER FUNCTION querylayer.count_form_screening() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.count_form_screening() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.create_time_partition(parent text, year integer, month integer)
+ RETURNS text
+ LANGUAGE c
+AS 'querylayer', $function$create_time_partition_wrapper$function$;
+ALTER FUNCTION querylayer.create_time_partition(text,integer,integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.create_time_partition(text,integer,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.credential_rows_guard()
  RETURNS trigger
@@ -1352,6 +1463,35 @@ $function$;
 ALTER FUNCTION querylayer.decision_guard() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.decision_guard() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.default_partition_aged(p_table text, p_partition text, p_cutoff timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_column text;
+    v_newest timestamptz;
+    v_any    timestamptz;
+    v_site   uuid;
+BEGIN
+    SELECT time_column INTO v_column FROM querylayer.aging_tables WHERE table_name = p_table;
+    FOR v_site IN SELECT id FROM querylayer.sites UNION ALL SELECT NULL LOOP
+        PERFORM querylayer.enter_operator(v_site);
+        EXECUTE format('SELECT max(t.%I) FROM %s t WHERE t.tableoid = $1::regclass AND t.site_id IS NOT DISTINCT FROM $2',
+                       v_column, p_table) INTO v_newest USING p_partition, v_site;
+        IF v_newest >= p_cutoff THEN
+            PERFORM querylayer.enter_operator(NULL::uuid);
+            RETURN false;
+        END IF;
+        v_any := coalesce(v_any, v_newest);
+    END LOOP;
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    RETURN v_any IS NOT NULL;
+END
+$function$;
+ALTER FUNCTION querylayer.default_partition_aged(text,text,timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.default_partition_aged(text,text,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.demo_documents()
  RETURNS jsonb
  LANGUAGE c
@@ -1410,6 +1550,39 @@ AS 'querylayer', $function$did_key_valid_wrapper$function$;
 ALTER FUNCTION querylayer.did_key_valid(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.did_key_valid(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.disk_free()
+ RETURNS jsonb
+ LANGUAGE c
+ PARALLEL SAFE STRICT
+AS 'querylayer', $function$disk_free_wrapper$function$;
+ALTER FUNCTION querylayer.disk_free() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.disk_free() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.drop_aged_partition(p_partition text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_result jsonb := querylayer.drop_time_partition(p_partition);
+BEGIN
+    IF v_result ? 'refused' THEN
+        RAISE EXCEPTION '%', v_result->>'refused' USING ERRCODE = v_result->>'sqlstate';
+    END IF;
+    RETURN v_result;
+END
+$function$;
+ALTER FUNCTION querylayer.drop_aged_partition(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.drop_aged_partition(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.drop_time_partition(partition text)
+ RETURNS jsonb
+ LANGUAGE c
+ STRICT
+AS 'querylayer', $function$drop_time_partition_wrapper$function$;
+ALTER FUNCTION querylayer.drop_time_partition(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.drop_time_partition(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.end_credential_sessions(credential uuid)
  RETURNS integer
  LANGUAGE c
@@ -1418,6 +1591,34 @@ CREATE OR REPLACE FUNCTION querylayer.end_credential_sessions(credential uuid)
 AS 'querylayer', $function$end_credential_sessions_wrapper$function$;
 ALTER FUNCTION querylayer.end_credential_sessions(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.end_credential_sessions(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.enforce_value_limits()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_row  jsonb := to_jsonb(NEW);
+    v_size integer;
+    r      record;
+BEGIN
+    -- A restore brings rows back as they were dumped, even one stored before its limit existed.
+    IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
+        RETURN NEW;
+    END IF;
+    FOR r IN SELECT column_name, argument, max_bytes FROM querylayer.value_limits WHERE table_name = TG_TABLE_NAME LOOP
+        v_size := querylayer.value_bytes(v_row -> r.column_name);
+        IF v_size > r.max_bytes THEN
+            RAISE EXCEPTION '% is too large: % bytes, at most % are stored', r.argument, v_size, r.max_bytes
+                USING ERRCODE = 'QL413',
+                      HINT = 'store a reference (a URL, a content id, an artifact key) to larger material';
+        END IF;
+    END LOOP;
+    RETURN NEW;
+END
+$function$;
+ALTER FUNCTION querylayer.enforce_value_limits() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.enforce_value_limits() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.ensure_ledger_form(p_table text, p_form smallint, p_fields text[])
  RETURNS void
@@ -1441,6 +1642,45 @@ END
 $function$;
 ALTER FUNCTION querylayer.ensure_ledger_form(text,smallint,text[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ensure_ledger_form(text,smallint,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.ensure_time_partitions(p_table text DEFAULT NULL::text)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ SET "TimeZone" TO 'UTC'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    r         record;
+    v_month   date;
+    v_name    text;
+    v_created text[] := '{}';
+BEGIN
+    FOR r IN SELECT table_name FROM querylayer.aging_tables
+              WHERE p_table IS NULL OR table_name = p_table ORDER BY table_name LOOP
+        v_name := querylayer.create_time_partition(r.table_name, NULL::integer, NULL::integer);
+        IF v_name IS NOT NULL THEN
+            v_created := v_created || v_name;
+        END IF;
+        FOR i IN 0 .. querylayer.partition_months_ahead() LOOP
+            v_month := (date_trunc('month', pg_catalog.now()) + make_interval(months => i))::date;
+            BEGIN
+                v_name := querylayer.create_time_partition(r.table_name, extract(year FROM v_month)::integer,
+                                                           extract(month FROM v_month)::integer);
+            EXCEPTION WHEN check_violation THEN
+                RAISE WARNING 'rows of % for % wait in its default partition; that month gets no partition of its own',
+                    r.table_name, to_char(v_month, 'YYYY-MM');
+                v_name := NULL;
+            END;
+            IF v_name IS NOT NULL THEN
+                v_created := v_created || v_name;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN v_created;
+END
+$function$;
+ALTER FUNCTION querylayer.ensure_time_partitions(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.ensure_time_partitions(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.enter_operator(site uuid)
  RETURNS void
@@ -1554,6 +1794,52 @@ $function$;
 ALTER FUNCTION querylayer.form_screening_events_guard() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.form_screening_events_guard() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.hash_partition_rows(p_table text, p_time_column text, p_partition regclass, p_from timestamp with time zone, p_to timestamp with time zone, p_site uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET "TimeZone" TO 'UTC'
+ SET "IntervalStyle" TO 'postgres'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_hash  bytea := '\x0000000000000000000000000000000000000000000000000000000000000000';
+    v_rows  bigint := 0;
+    v_row   text;
+BEGIN
+    FOR v_row IN EXECUTE format(
+        'SELECT to_jsonb(t)::text FROM %s t
+          WHERE t.tableoid = $1 AND t.site_id IS NOT DISTINCT FROM $2
+            AND ($3::timestamptz IS NULL OR t.%I >= $3) AND ($4::timestamptz IS NULL OR t.%I < $4)
+          ORDER BY t.id', p_table, p_time_column, p_time_column)
+        USING p_partition, p_site, p_from, p_to LOOP
+        v_hash := pg_catalog.sha256(v_hash || pg_catalog.sha256(pg_catalog.convert_to(v_row, 'UTF8')));
+        v_rows := v_rows + 1;
+    END LOOP;
+    RETURN jsonb_build_object('rows', v_rows, 'rows_sha256', encode(v_hash, 'hex'));
+END
+$function$;
+ALTER FUNCTION querylayer.hash_partition_rows(text,text,regclass,timestamp with time zone,timestamp with time zone,uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.hash_partition_rows(text,text,regclass,timestamp with time zone,timestamp with time zone,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.idempotency_principal()
+ RETURNS uuid
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF querylayer.ctx_kind() = 'connection' THEN
+        RETURN querylayer.ctx_connection_id();
+    ELSIF querylayer.ctx_kind() = 'member' THEN
+        RETURN querylayer.ctx_member_id();
+    END IF;
+    RAISE EXCEPTION 'no authenticated connection or member in this transaction' USING ERRCODE = 'QL401',
+        HINT = 'authenticate first, in the same transaction';
+END
+$function$;
+ALTER FUNCTION querylayer.idempotency_principal() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.idempotency_principal() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.insert_form_screening(p_site_id uuid, p_events jsonb)
  RETURNS integer
  LANGUAGE plpgsql
@@ -1598,6 +1884,44 @@ AS $function$
 $function$;
 ALTER FUNCTION querylayer.installed_version() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.installed_version() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.integer_setting(p_key text, p_value text)
+ RETURNS integer
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_min integer;
+    v_max integer;
+    v_unit text;
+BEGIN
+    SELECT lo, hi, unit INTO v_min, v_max, v_unit FROM (VALUES
+        ('ledger_lock_timeout_ms', 100, 60000, 'milliseconds'),
+        ('run_deadline_default_seconds', 1, 31536000, 'seconds'),
+        ('run_deadline_max_seconds', 1, 31536000, 'seconds'),
+        ('idempotency_key_ttl_hours', 1, 8760, 'hours'),
+        ('audit_retention_days', 1, 36500, 'days'),
+        ('readiness_min_free_mb', 0, 1048576, 'MiB')) AS r(key, lo, hi, unit)
+     WHERE r.key = p_key;
+    IF p_value IS NULL OR p_value !~ '^[0-9]{1,9}$' OR p_value::integer NOT BETWEEN v_min AND v_max THEN
+        RAISE EXCEPTION '% must be a number of % between % and %', p_key, v_unit, v_min, v_max USING ERRCODE = '22023';
+    END IF;
+    IF p_key = 'run_deadline_default_seconds'
+       AND p_value::integer > querylayer.setting_int('run_deadline_max_seconds'::text) THEN
+        RAISE EXCEPTION 'run_deadline_default_seconds may not exceed run_deadline_max_seconds (%)',
+            querylayer.setting_int('run_deadline_max_seconds'::text) USING ERRCODE = '22023';
+    END IF;
+    IF p_key = 'run_deadline_max_seconds'
+       AND p_value::integer < querylayer.setting_int('run_deadline_default_seconds'::text) THEN
+        RAISE EXCEPTION 'run_deadline_max_seconds may not be below run_deadline_default_seconds (%)',
+            querylayer.setting_int('run_deadline_default_seconds'::text) USING ERRCODE = '22023';
+    END IF;
+    RETURN p_value::integer;
+END
+$function$;
+ALTER FUNCTION querylayer.integer_setting(text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.integer_setting(text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.isolate_by_organization(p_table regclass, p_column name DEFAULT 'organization_id'::name)
  RETURNS void
@@ -1919,6 +2243,21 @@ AS 'querylayer', $function$lifecycle_mark_wrapper$function$;
 ALTER FUNCTION querylayer.lifecycle_mark() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.lifecycle_mark() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.limit_values(p_table regclass, p_updates boolean DEFAULT false)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    EXECUTE format('CREATE TRIGGER a0_value_limits BEFORE INSERT%s ON %s
+                    FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits()',
+                   CASE WHEN p_updates THEN ' OR UPDATE' ELSE '' END, p_table);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER a0_value_limits', p_table);
+END
+$function$;
+ALTER FUNCTION querylayer.limit_values(regclass,boolean) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.limit_values(regclass,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.list_proposals(p_state text, p_limit integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1940,6 +2279,36 @@ END
 $function$;
 ALTER FUNCTION querylayer.list_proposals(text,integer) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.list_proposals(text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.lock_ledger_head(p_site uuid)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_saved   text;
+    v_timeout integer;
+BEGIN
+    IF pg_catalog.current_setting('querylayer.ledger_head_held', true) = p_site::text THEN
+        RETURN;
+    END IF;
+    v_saved := pg_catalog.current_setting('lock_timeout');
+    v_timeout := coalesce(querylayer.setting_int('ledger_lock_timeout_ms'::text), 5000);
+    PERFORM pg_catalog.set_config('lock_timeout', v_timeout::text, true);
+    BEGIN
+        PERFORM 1 FROM querylayer.ledger_heads WHERE site_id = p_site FOR NO KEY UPDATE;
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM pg_catalog.set_config('lock_timeout', v_saved, true);
+        RAISE EXCEPTION 'the history of site % is busy: another transaction has held it for % ms', p_site, v_timeout
+            USING ERRCODE = 'QL503',
+                  HINT = 'retry the call shortly (with the same idempotency key); an operator finds the holder in pg_locks on querylayer.ledger_heads';
+    END;
+    PERFORM pg_catalog.set_config('lock_timeout', v_saved, true);
+    PERFORM pg_catalog.set_config('querylayer.ledger_head_held', p_site::text, true);
+END
+$function$;
+ALTER FUNCTION querylayer.lock_ledger_head(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.lock_ledger_head(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.make_append_only(p_table regclass)
  RETURNS void
@@ -2280,6 +2649,23 @@ $function$;
 ALTER FUNCTION querylayer.package_json(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.package_json(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.partition_maintenance_active()
+ RETURNS boolean
+ LANGUAGE c
+ STABLE PARALLEL RESTRICTED STRICT
+AS 'querylayer', $function$partition_maintenance_active_wrapper$function$;
+ALTER FUNCTION querylayer.partition_maintenance_active() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.partition_maintenance_active() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.partition_months_ahead()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT 3 $function$;
+ALTER FUNCTION querylayer.partition_months_ahead() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.partition_months_ahead() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.payload_uuid(p jsonb, p_path text)
  RETURNS uuid
  LANGUAGE plpgsql
@@ -2441,6 +2827,29 @@ $function$;
 ALTER FUNCTION querylayer.propose(uuid,text,jsonb,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.propose(uuid,text,jsonb,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.reclaim_idempotency_keys()
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site  uuid;
+    v_n     bigint;
+    v_total bigint := 0;
+BEGIN
+    FOR v_site IN SELECT id FROM querylayer.sites LOOP
+        PERFORM querylayer.enter_operator(v_site);
+        DELETE FROM querylayer.idempotency_keys WHERE site_id = v_site AND expires_at <= clock_timestamp();
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_total := v_total + v_n;
+    END LOOP;
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    RETURN v_total;
+END
+$function$;
+ALTER FUNCTION querylayer.reclaim_idempotency_keys() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.reclaim_idempotency_keys() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.record_envelope_receipt(p jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -2492,6 +2901,88 @@ $function$;
 ALTER FUNCTION querylayer.record_receipts(jsonb,text,text,uuid,uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.record_receipts(jsonb,text,text,uuid,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.record_time_partition_drop(p_partition text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET "TimeZone" TO 'UTC'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    p          record;
+    v_column   text;
+    v_cutoff   timestamptz := pg_catalog.now() - make_interval(days => querylayer.setting_int('audit_retention_days'::text));
+    v_key      querylayer.server_keys := querylayer.server_key();
+    v_drop     uuid := gen_random_uuid();
+    v_at       timestamptz := clock_timestamp();
+    v_sites    jsonb := '[]';
+    v_siteless jsonb;
+    v_part     jsonb;
+    v_total    bigint := 0;
+    v_site     uuid;
+    v_stmt     jsonb;
+BEGIN
+    IF NOT querylayer.ctx_is_operator() THEN
+        RETURN jsonb_build_object('refused', 'operator context required', 'sqlstate', 'QL401');
+    END IF;
+    SELECT * INTO p FROM querylayer.time_partitions() t WHERE t.partition_name = p_partition;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('refused', format('no time partition %s', p_partition), 'sqlstate', 'QL404');
+    END IF;
+    SELECT time_column INTO v_column FROM querylayer.aging_tables WHERE table_name = p.table_name;
+    IF NOT p.is_default AND p.range_to > v_cutoff THEN
+        RETURN jsonb_build_object('sqlstate', 'QL422', 'refused',
+            format('%s holds rows until %s, inside the retention window (audit_retention_days reaches back to %s)',
+                   p_partition, p.range_to, v_cutoff));
+    END IF;
+    IF p.is_default AND NOT querylayer.default_partition_aged(p.table_name, p_partition, v_cutoff) THEN
+        PERFORM querylayer.enter_operator(NULL::uuid);
+        RETURN jsonb_build_object('sqlstate', 'QL422', 'refused',
+            format('%s is empty or holds rows inside the retention window', p_partition));
+    END IF;
+    FOR v_site IN SELECT id FROM querylayer.sites ORDER BY id LOOP
+        PERFORM querylayer.enter_operator(v_site);
+        v_part := querylayer.hash_partition_rows(p.table_name, v_column, p_partition::regclass, p.range_from, p.range_to, v_site);
+        IF (v_part->>'rows')::bigint > 0 THEN
+            v_stmt := jsonb_build_object(
+                'type', 'querylayer.retention-summary.v1', 'drop_id', v_drop, 'site_id', v_site,
+                'table', p.table_name, 'partition', p_partition,
+                'range_from', p.range_from, 'range_to', p.range_to, 'dropped_at', v_at,
+                'rows', (v_part->>'rows')::bigint, 'rows_sha256', v_part->>'rows_sha256',
+                'server_key', v_key.did_key);
+            v_sites := v_sites || jsonb_build_array(v_stmt);
+            v_total := v_total + (v_part->>'rows')::bigint;
+        END IF;
+    END LOOP;
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_siteless := querylayer.hash_partition_rows(p.table_name, v_column, p_partition::regclass, p.range_from, p.range_to, NULL::uuid);
+    v_total := v_total + (v_siteless->>'rows')::bigint;
+    v_stmt := jsonb_build_object(
+        'type', 'querylayer.retention-drop.v1', 'drop_id', v_drop, 'table', p.table_name,
+        'partition', p_partition, 'range_from', p.range_from, 'range_to', p.range_to, 'dropped_at', v_at,
+        'rows', v_total, 'bytes', p.bytes, 'server_key', v_key.did_key,
+        'sites', (SELECT coalesce(jsonb_agg(jsonb_build_object('site_id', s->'site_id', 'rows', s->'rows',
+                                                               'rows_sha256', s->'rows_sha256')), '[]')
+                    FROM jsonb_array_elements(v_sites) AS s),
+        'without_site', v_siteless);
+    INSERT INTO querylayer.retention_drops (id, table_name, partition_name, range_from, range_to, rows, bytes,
+                                            statement, signature, server_key_id, dropped_by, dropped_at)
+    VALUES (v_drop, p.table_name, p_partition, p.range_from, p.range_to, v_total, p.bytes, v_stmt,
+            querylayer.sign_statement(v_stmt, v_key.secret), v_key.id, querylayer.outer_user(), v_at);
+    FOR v_stmt IN SELECT s FROM jsonb_array_elements(v_sites) AS s LOOP
+        PERFORM querylayer.enter_operator((v_stmt->>'site_id')::uuid);
+        INSERT INTO querylayer.retention_summaries (site_id, drop_id, statement, signature, server_key_id)
+        VALUES ((v_stmt->>'site_id')::uuid, v_drop, v_stmt, querylayer.sign_statement(v_stmt, v_key.secret), v_key.id);
+    END LOOP;
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.audit('retention.drop'::text, p_partition,
+        jsonb_build_object('rows', v_total, 'bytes', p.bytes, 'drop_id', v_drop));
+    RETURN jsonb_build_object('drop_id', v_drop, 'partition', p_partition, 'rows', v_total, 'bytes', p.bytes,
+                              'sites', jsonb_array_length(v_sites));
+END
+$function$;
+ALTER FUNCTION querylayer.record_time_partition_drop(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.record_time_partition_drop(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.refuse_owner_ddl()
  RETURNS event_trigger
  LANGUAGE plpgsql
@@ -2500,6 +2991,9 @@ AS $function$
 BEGIN
     IF pg_catalog.pg_has_role(current_user, 'querylayer_owner', 'USAGE')
        AND NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+        IF querylayer.partition_maintenance_active() THEN
+            RETURN;
+        END IF;
         RAISE EXCEPTION 'querylayer_owner may not run DDL (%); schema changes go through extension upgrades', tg_tag
             USING ERRCODE = '42501';
     END IF;
@@ -2856,6 +3350,7 @@ BEGIN
         'outcome', f.outcome, 'requested_outcome', f.requested_outcome,
         'reason_code', f.reason_code, 'reasons', f.reasons,
         'missing_outputs', to_jsonb(f.missing_outputs), 'summary', f.summary, 'finished_at', f.created_at,
+        'deadline_at', (SELECT d.deadline_at FROM querylayer.run_deadlines d WHERE d.run_id = p_run.id),
         'artifact_keys', (SELECT coalesce(jsonb_agg(a.key ORDER BY a.key), '[]')
                             FROM querylayer.run_artifacts a WHERE a.run_id = p_run.id))
       FROM (SELECT 1) AS one
@@ -2894,7 +3389,12 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', NEW.run_id USING ERRCODE = 'QL404';
     END IF;
-    IF NEW.site_id <> v_run.site_id OR NEW.connection_id <> v_run.connection_id THEN
+    IF NEW.site_id <> v_run.site_id THEN
+        RAISE EXCEPTION 'run % belongs to another connection', NEW.run_id USING ERRCODE = 'QL403';
+    END IF;
+    IF v_outcome = 'finished' THEN
+        PERFORM querylayer.check_run_closer(v_run, NEW.agent_id, NEW.connection_id, NEW.outcome);
+    ELSIF NEW.connection_id <> v_run.connection_id THEN
         RAISE EXCEPTION 'run % belongs to another connection', NEW.run_id USING ERRCODE = 'QL403';
     END IF;
     IF TG_TABLE_NAME = 'run_events' THEN
@@ -3067,6 +3567,14 @@ AS 'querylayer', $function$sign_answer_wrapper$function$;
 ALTER FUNCTION querylayer.sign_answer(jsonb,text,text,text,text,text,bytea,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.sign_answer(jsonb,text,text,text,text,text,bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.sign_statement(statement jsonb, secret bytea)
+ RETURNS text
+ LANGUAGE c
+ IMMUTABLE PARALLEL SAFE STRICT
+AS 'querylayer', $function$sign_statement_wrapper$function$;
+ALTER FUNCTION querylayer.sign_statement(jsonb,bytea) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.sign_statement(jsonb,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.signed_answer_request(p_body text)
  RETURNS text[]
  LANGUAGE plpgsql
@@ -3177,6 +3685,14 @@ $function$;
 ALTER FUNCTION querylayer.spend_nonce(text,text,bigint) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.spend_nonce(text,text,bigint) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.statement_signature_valid(statement jsonb, signature text, did_key text)
+ RETURNS boolean
+ LANGUAGE c
+ IMMUTABLE PARALLEL SAFE STRICT
+AS 'querylayer', $function$statement_signature_valid_wrapper$function$;
+ALTER FUNCTION querylayer.statement_signature_valid(jsonb,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.statement_signature_valid(jsonb,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.store_semantic_model(p_site_id uuid, p_document text, p_imported_by text, p_connection_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3274,6 +3790,32 @@ $function$;
 ALTER FUNCTION querylayer.task_steps_guard() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.task_steps_guard() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.time_partitions()
+ RETURNS TABLE(table_name text, partition_name text, range_from timestamp with time zone, range_to timestamp with time zone, is_default boolean, bytes bigint)
+ LANGUAGE plpgsql
+ STABLE
+ SET "TimeZone" TO 'UTC'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN QUERY
+    SELECT a.table_name, format('%I.%I', pn.nspname, p.relname),
+           (regexp_match(pg_catalog.pg_get_expr(p.relpartbound, p.oid), 'FROM \(''([^'']+)''\)'))[1]::timestamptz,
+           (regexp_match(pg_catalog.pg_get_expr(p.relpartbound, p.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz,
+           pg_catalog.pg_get_expr(p.relpartbound, p.oid) = 'DEFAULT',
+           pg_catalog.pg_total_relation_size(p.oid)
+      FROM querylayer.aging_tables a
+      JOIN pg_catalog.pg_class c ON c.relkind = 'p'
+      JOIN pg_catalog.pg_namespace cn ON cn.oid = c.relnamespace AND format('%I.%I', cn.nspname, c.relname) = a.table_name
+      JOIN pg_catalog.pg_inherits i ON i.inhparent = c.oid
+      JOIN pg_catalog.pg_class p ON p.oid = i.inhrelid
+      JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
+     ORDER BY 1, 3 NULLS FIRST;
+END
+$function$;
+ALTER FUNCTION querylayer.time_partitions() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.time_partitions() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.topical_map_guard()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -3332,6 +3874,20 @@ END
 $function$;
 ALTER FUNCTION querylayer.utc_text(timestamp with time zone) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.utc_text(timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.value_bytes(p_value jsonb)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE jsonb_typeof(p_value)
+               WHEN 'string' THEN octet_length(p_value #>> '{}')
+               WHEN 'null' THEN 0
+               ELSE octet_length(p_value::text) END
+$function$;
+ALTER FUNCTION querylayer.value_bytes(jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.value_bytes(jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.verify_ledger_site(p_site uuid)
  RETURNS jsonb
@@ -3443,6 +3999,46 @@ REVOKE ALL ON FUNCTION querylayer_api.answer_signed_request(text) FROM PUBLIC, q
 GRANT EXECUTE ON FUNCTION querylayer_api.answer_signed_request(text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.answer_signed_request(text) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.apply_retention()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_created text[];
+    v_dropped jsonb := '[]';
+    v_cutoff  timestamptz;
+    v_keys    bigint;
+    v_nonces  bigint;
+    p         record;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_cutoff := pg_catalog.now() - make_interval(days => querylayer.setting_int('audit_retention_days'::text));
+    v_created := querylayer.ensure_time_partitions();
+    FOR p IN SELECT * FROM querylayer.time_partitions() t
+              WHERE (NOT t.is_default AND t.range_to <= v_cutoff)
+                 OR (t.is_default AND t.bytes > 0 AND querylayer.default_partition_aged(t.table_name, t.partition_name, v_cutoff))
+              ORDER BY t.table_name, t.range_from NULLS LAST LOOP
+        v_dropped := v_dropped || jsonb_build_array(querylayer.drop_aged_partition(p.partition_name));
+        PERFORM querylayer.enter_operator(NULL::uuid);
+    END LOOP;
+    v_keys := querylayer.reclaim_idempotency_keys();
+    DELETE FROM querylayer.envelope_nonces WHERE expires_at < clock_timestamp();
+    GET DIAGNOSTICS v_nonces = ROW_COUNT;
+    PERFORM querylayer.audit('retention.apply'::text, NULL::text, jsonb_build_object(
+        'created', to_jsonb(v_created), 'dropped', jsonb_array_length(v_dropped),
+        'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces));
+    RETURN jsonb_build_object('retention_days', querylayer.setting_int('audit_retention_days'::text),
+                              'created', to_jsonb(v_created), 'dropped', v_dropped,
+                              'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces);
+END
+$function$;
+ALTER FUNCTION querylayer_api.apply_retention() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.apply_retention() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.apply_retention() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.apply_retention() TO querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer_api.authenticate(fingerprint bytea)
  RETURNS jsonb
  LANGUAGE c
@@ -3476,16 +4072,22 @@ REVOKE ALL ON FUNCTION querylayer_api.authenticate_member(bytea) FROM PUBLIC, qu
 GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_member(bytea) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_member(bytea) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.begin_run(p_run_type text, p_input jsonb DEFAULT '{}'::jsonb, p_required_outputs text[] DEFAULT '{}'::text[], p_completion_conditions text[] DEFAULT '{}'::text[])
+CREATE OR REPLACE FUNCTION querylayer_api.begin_run(p_run_type text, p_input jsonb DEFAULT '{}'::jsonb, p_required_outputs text[] DEFAULT '{}'::text[], p_completion_conditions text[] DEFAULT '{}'::text[], p_deadline_seconds integer DEFAULT NULL::integer)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_run querylayer.runs;
+    v_run      querylayer.runs;
+    v_max      integer := querylayer.setting_int('run_deadline_max_seconds'::text);
+    v_deadline integer := coalesce(p_deadline_seconds, querylayer.setting_int('run_deadline_default_seconds'::text));
 BEGIN
     PERFORM querylayer.require_connection('runs:write'::text);
+    IF v_deadline IS NULL OR v_deadline NOT BETWEEN 1 AND v_max THEN
+        RAISE EXCEPTION 'deadline_seconds must be between 1 and % (the operator''s run_deadline_max_seconds); got %',
+            v_max, coalesce(p_deadline_seconds::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
     IF p_run_type IS NULL OR p_run_type !~ '^[a-z][a-z0-9_.:-]{0,79}$' THEN
         RAISE EXCEPTION 'run_type must be a stable identifier (lowercase, digits and _.:-, at most 80); got %',
             coalesce(quote_literal(p_run_type), 'NULL') USING ERRCODE = '22023';
@@ -3505,14 +4107,16 @@ BEGIN
     RETURNING * INTO v_run;
     INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness)
     VALUES (v_run.site_id, v_run.id, 'started', v_run.agent_id, v_run.connection_id, v_run.harness);
+    INSERT INTO querylayer.run_deadlines (run_id, site_id, deadline_at)
+    VALUES (v_run.id, v_run.site_id, v_run.started_at + make_interval(secs => v_deadline));
     PERFORM querylayer.audit('run.begin'::text, v_run.id::text, jsonb_build_object('run_type', v_run.run_type));
     RETURN querylayer.run_json(v_run);
 END
 $function$;
-ALTER FUNCTION querylayer_api.begin_run(text,jsonb,text[],text[]) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.begin_run(text,jsonb,text[],text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.begin_run(text,jsonb,text[],text[]) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.begin_run(text,jsonb,text[],text[]) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.begin_run(text,jsonb,text[],text[],integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.begin_run(text,jsonb,text[],text[],integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.begin_run(text,jsonb,text[],text[],integer) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.begin_run(text,jsonb,text[],text[],integer) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.build_navigator_bundle(p_purpose text DEFAULT NULL::text)
  RETURNS jsonb
@@ -3538,6 +4142,23 @@ ALTER FUNCTION querylayer_api.build_navigator_bundle(text) OWNER TO querylayer_o
 REVOKE ALL ON FUNCTION querylayer_api.build_navigator_bundle(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.build_navigator_bundle(text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.build_navigator_bundle(text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.cancel_run(p_site text, p_run_id uuid, p_reason text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator((querylayer.site_by_slug(p_site)).id);
+    RETURN querylayer.close_run(p_run_id, 'cancelled_by_operator'::text,
+        jsonb_build_object('kind', 'operator', 'role', querylayer.outer_user()), p_reason);
+END
+$function$;
+ALTER FUNCTION querylayer_api.cancel_run(text,uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.cancel_run(text,uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.cancel_run(text,uuid,text) TO querylayer_admin;
 
 CREATE OR REPLACE FUNCTION querylayer_api.check_access(p_resource text, p_action text DEFAULT 'read'::text, p_purpose text DEFAULT NULL::text)
  RETURNS jsonb
@@ -3625,6 +4246,57 @@ ALTER FUNCTION querylayer_api.claim_console_task(text,uuid) OWNER TO querylayer_
 REVOKE ALL ON FUNCTION querylayer_api.claim_console_task(text,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.claim_console_task(text,uuid) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.claim_console_task(text,uuid) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.claim_idempotency_key(p_key text, p_action text, p_request_sha256 bytea)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_principal uuid := querylayer.idempotency_principal();
+    v_expires   timestamptz := clock_timestamp() + make_interval(hours => querylayer.setting_int('idempotency_key_ttl_hours'::text));
+    v           querylayer.idempotency_keys;
+BEGIN
+    IF p_key IS NULL OR p_key !~ '^[!-~]{1,255}$' THEN
+        RAISE EXCEPTION 'idempotency_key must be 1 to 255 printable ASCII characters without spaces'
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_request_sha256 IS NULL OR length(p_request_sha256) <> 32 THEN
+        RAISE EXCEPTION 'the request hash must be a SHA-256' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO querylayer.idempotency_keys (site_id, principal_id, key, action, request_sha256, expires_at)
+    VALUES (querylayer.ctx_site_id(), v_principal, p_key, p_action, p_request_sha256, v_expires)
+    ON CONFLICT (site_id, principal_id, key) DO NOTHING;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT * INTO v FROM querylayer.idempotency_keys
+     WHERE site_id = querylayer.ctx_site_id() AND principal_id = v_principal AND key = p_key
+       FOR UPDATE;
+    IF v.expires_at <= clock_timestamp() THEN
+        -- Past its window the key is forgotten: this is a new request.
+        UPDATE querylayer.idempotency_keys
+           SET action = p_action, request_sha256 = p_request_sha256, response = NULL,
+               created_at = clock_timestamp(), expires_at = v_expires
+         WHERE site_id = v.site_id AND principal_id = v.principal_id AND key = v.key;
+        RETURN NULL;
+    END IF;
+    IF v.action <> p_action OR v.request_sha256 <> p_request_sha256 THEN
+        RAISE EXCEPTION 'idempotency_key % was used for another request (%, at %)', p_key, v.action, v.created_at
+            USING ERRCODE = 'QLI09',
+                  HINT = 'a retry must repeat the first request exactly; use a new key for a new request';
+    END IF;
+    IF v.response IS NULL THEN
+        RAISE EXCEPTION 'idempotency_key % is already claimed in this transaction', p_key USING ERRCODE = 'QL409';
+    END IF;
+    RETURN jsonb_build_object('response', v.response, 'first_at', v.created_at);
+END
+$function$;
+ALTER FUNCTION querylayer_api.claim_idempotency_key(text,text,bytea) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.claim_idempotency_key(text,text,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.claim_idempotency_key(text,text,bytea) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.claim_idempotency_key(text,text,bytea) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.complete_answer(p_draft_id uuid, p_text text, p_synthesized_by text)
  RETURNS jsonb
@@ -3824,6 +4496,24 @@ ALTER FUNCTION querylayer_api.console_cancel_plan(uuid,text) OWNER TO querylayer
 REVOKE ALL ON FUNCTION querylayer_api.console_cancel_plan(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_cancel_plan(uuid,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_cancel_plan(uuid,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_cancel_run(p_run_id uuid, p_reason text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    RETURN querylayer.close_run(p_run_id, 'cancelled_by_member'::text,
+        jsonb_build_object('kind', 'member', 'member_id', querylayer.ctx_member_id(), 'role', querylayer.ctx_member_role()),
+        p_reason);
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_cancel_run(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_cancel_run(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_cancel_run(uuid,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_cancel_run(uuid,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.console_close_evidence_review(p_review_id uuid, p_note text DEFAULT NULL::text)
  RETURNS jsonb
@@ -4655,8 +5345,9 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run % on this site', p_run_id USING ERRCODE = 'QL404';
     END IF;
-    IF v_run.connection_id <> querylayer.ctx_connection_id() THEN
-        RAISE EXCEPTION 'run % belongs to another connection', p_run_id USING ERRCODE = 'QL403';
+    -- Any connection of the run's own agent may finish it (one that began it may be gone).
+    IF v_run.agent_id <> querylayer.ctx_agent_id() THEN
+        RAISE EXCEPTION 'run % belongs to another agent', p_run_id USING ERRCODE = 'QL403';
     END IF;
     IF p_outcome IN ('completed', 'completed_with_warnings') THEN
         v_missing := querylayer.missing_outputs(v_run);
@@ -4836,6 +5527,33 @@ $function$;
 ALTER FUNCTION querylayer_api.grant_agent_scopes(text,text,text[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.grant_agent_scopes(text,text,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.grant_agent_scopes(text,text,text[]) TO querylayer_admin;
+
+CREATE OR REPLACE FUNCTION querylayer_api.health()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_disk      jsonb := querylayer.disk_free();
+    v_min       bigint := coalesce(querylayer.setting_int('readiness_min_free_mb'::text), 64)::bigint * 1048576;
+    v_recovery  boolean := pg_catalog.pg_is_in_recovery();
+    v_read_only boolean := pg_catalog.current_setting('default_transaction_read_only')::boolean;
+    v_free      bigint := least((v_disk->>'data_free_bytes')::bigint, (v_disk->>'wal_free_bytes')::bigint);
+BEGIN
+    RETURN jsonb_build_object(
+        'extension_version', (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'querylayer'),
+        'in_recovery', v_recovery,
+        'read_only', v_read_only,
+        'free_bytes', v_free,
+        'min_free_bytes', v_min,
+        'writable', NOT v_recovery AND NOT v_read_only AND (v_free IS NULL OR v_free >= v_min));
+END
+$function$;
+ALTER FUNCTION querylayer_api.health() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.health() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.health() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.health() TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.import_rights(p_site text, p_document text)
  RETURNS jsonb
@@ -5219,6 +5937,25 @@ REVOKE ALL ON FUNCTION querylayer_api.list_proposals(text,integer) FROM PUBLIC, 
 GRANT EXECUTE ON FUNCTION querylayer_api.list_proposals(text,integer) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_proposals(text,integer) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.list_retention_drops(p_limit integer DEFAULT 100)
+ RETURNS TABLE(drop_id uuid, table_name text, partition_name text, range_from timestamp with time zone, range_to timestamp with time zone, rows bigint, bytes bigint, dropped_by text, dropped_at timestamp with time zone, statement jsonb, signature text, signature_valid boolean)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    RETURN QUERY
+    SELECT d.id, d.table_name, d.partition_name, d.range_from, d.range_to, d.rows, d.bytes, d.dropped_by,
+           d.dropped_at, d.statement, d.signature, querylayer.statement_signature_valid(d.statement, d.signature, k.did_key)
+      FROM querylayer.retention_drops d JOIN querylayer.server_keys k ON k.id = d.server_key_id
+     ORDER BY d.dropped_at DESC LIMIT p_limit;
+END
+$function$;
+ALTER FUNCTION querylayer_api.list_retention_drops(integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_retention_drops(integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_retention_drops(integer) TO querylayer_admin;
+
 CREATE OR REPLACE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5241,6 +5978,21 @@ ALTER FUNCTION querylayer_api.list_runs(integer,timestamp with time zone) OWNER 
 REVOKE ALL ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.list_time_partitions()
+ RETURNS TABLE(table_name text, partition_name text, range_from timestamp with time zone, range_to timestamp with time zone, is_default boolean, bytes bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    RETURN QUERY SELECT * FROM querylayer.time_partitions();
+END
+$function$;
+ALTER FUNCTION querylayer_api.list_time_partitions() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_time_partitions() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_time_partitions() TO querylayer_admin;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_topical_map()
  RETURNS jsonb
@@ -5533,9 +6285,6 @@ BEGIN
     END IF;
     IF p_value IS NULL THEN
         RAISE EXCEPTION 'an artifact needs a JSON value' USING ERRCODE = '22023';
-    END IF;
-    IF pg_column_size(p_value) > 1048576 THEN
-        RAISE EXCEPTION 'artifact % is larger than 1 MiB; store a reference instead', p_key USING ERRCODE = '22023';
     END IF;
     IF EXISTS (SELECT 1 FROM querylayer.run_artifacts WHERE run_id = p_run_id AND key = p_key) THEN
         RAISE EXCEPTION 'artifact % was already recorded in run %; artifacts are immutable', p_key, p_run_id
@@ -6106,9 +6855,12 @@ BEGIN
                 RAISE EXCEPTION '% must be a number of days between 0 and 3650', p_key USING ERRCODE = '22023';
             END IF;
             v := to_jsonb(p_value::integer);
+        WHEN 'ledger_lock_timeout_ms', 'run_deadline_default_seconds', 'run_deadline_max_seconds',
+             'idempotency_key_ttl_hours', 'audit_retention_days', 'readiness_min_free_mb' THEN
+            v := to_jsonb(querylayer.integer_setting(p_key, p_value));
         ELSE
-            RAISE EXCEPTION 'unknown setting %; known: server_did, envelope_require_v2, envelope_freshness_seconds, evidence_reverify_after_days, form_rejected_retention_days',
-                coalesce(quote_literal(p_key), 'NULL') USING ERRCODE = '22023';
+            RAISE EXCEPTION 'unknown setting %; known: %', coalesce(quote_literal(p_key), 'NULL'),
+                (SELECT string_agg(key, ', ' ORDER BY key) FROM querylayer.settings) USING ERRCODE = '22023';
     END CASE;
     UPDATE querylayer.settings SET value = v, updated_at = now(), updated_by = querylayer.outer_user() WHERE key = p_key;
     PERFORM querylayer.audit('setting.set'::text, p_key, jsonb_build_object('value', v));
@@ -6216,6 +6968,36 @@ REVOKE ALL ON FUNCTION querylayer_api.stage_content_source_package(uuid,text,jso
 GRANT EXECUTE ON FUNCTION querylayer_api.stage_content_source_package(uuid,text,jsonb,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.stage_content_source_package(uuid,text,jsonb,text) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.store_idempotent_response(p_key text, p_response jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_response jsonb := coalesce(p_response, 'null'::jsonb);
+BEGIN
+    IF jsonb_typeof(v_response) = 'object' THEN
+        IF v_response ? 'secret' THEN
+            v_response := jsonb_set(v_response, '{secret}', 'null');
+        END IF;
+        IF v_response ? 'token' THEN
+            v_response := jsonb_set(v_response, '{token}', 'null');
+        END IF;
+    END IF;
+    UPDATE querylayer.idempotency_keys SET response = v_response
+     WHERE site_id = querylayer.ctx_site_id() AND principal_id = querylayer.idempotency_principal()
+       AND key = p_key AND response IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'idempotency_key % was not claimed in this transaction', p_key USING ERRCODE = 'QL409';
+    END IF;
+END
+$function$;
+ALTER FUNCTION querylayer_api.store_idempotent_response(text,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.store_idempotent_response(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.store_idempotent_response(text,jsonb) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.store_idempotent_response(text,jsonb) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.story_overview()
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -6244,6 +7026,22 @@ ALTER FUNCTION querylayer_api.story_overview() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.story_overview() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.story_overview() TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.story_overview() TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.value_limits()
+ RETURNS TABLE(table_name text, column_name text, argument text, max_bytes integer)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN QUERY SELECT l.table_name, l.column_name, l.argument, l.max_bytes
+                   FROM querylayer.value_limits l ORDER BY l.table_name, l.column_name;
+END
+$function$;
+ALTER FUNCTION querylayer_api.value_limits() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.value_limits() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.value_limits() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.value_limits() TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.verify_envelope(p_envelope text)
  RETURNS jsonb
@@ -6308,6 +7106,58 @@ ALTER FUNCTION querylayer_api.worker_claim_evidence_jobs(integer) OWNER TO query
 REVOKE ALL ON FUNCTION querylayer_api.worker_claim_evidence_jobs(integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.worker_claim_evidence_jobs(integer) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.worker_claim_evidence_jobs(integer) TO querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer_api.worker_close_expired_runs(p_limit integer DEFAULT 100)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site   uuid;
+    v_from   timestamptz;
+    v_now    timestamptz := pg_catalog.now();
+    v_closed uuid[] := '{}';
+    v_taken  integer;
+    r        record;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 10000' USING ERRCODE = '22023';
+    END IF;
+    FOR v_site IN SELECT id FROM querylayer.sites ORDER BY id LOOP
+        PERFORM querylayer.enter_operator(v_site);
+        -- Deadlines are never in the past when written; an hour of overlap covers the
+        -- transactions that were still open at the previous pass.
+        SELECT swept_until - interval '1 hour' INTO v_from FROM querylayer.run_deadline_sweeps WHERE site_id = v_site;
+        v_taken := 0;
+        FOR r IN SELECT d.run_id, d.deadline_at FROM querylayer.run_deadlines d
+                  WHERE d.site_id = v_site AND d.deadline_at <= v_now
+                    AND (v_from IS NULL OR d.deadline_at > v_from)
+                    AND NOT EXISTS (SELECT 1 FROM querylayer.run_events e WHERE e.run_id = d.run_id AND e.kind = 'finished')
+                  ORDER BY d.deadline_at LIMIT p_limit LOOP
+            BEGIN
+                PERFORM querylayer.close_run(r.run_id, 'deadline_exceeded'::text,
+                    jsonb_build_object('kind', 'worker', 'role', querylayer.outer_user(), 'deadline_at', r.deadline_at),
+                    'the run passed its deadline while open'::text);
+                v_closed := v_closed || r.run_id;
+            EXCEPTION WHEN SQLSTATE 'QL410' THEN
+                NULL;  -- finished meanwhile by its agent
+            END;
+            v_taken := v_taken + 1;
+        END LOOP;
+        IF v_taken < p_limit THEN
+            INSERT INTO querylayer.run_deadline_sweeps (site_id, swept_until) VALUES (v_site, v_now)
+            ON CONFLICT (site_id) DO UPDATE SET swept_until = EXCLUDED.swept_until;
+        END IF;
+    END LOOP;
+    RETURN jsonb_build_object('closed', cardinality(v_closed), 'run_ids', to_jsonb(v_closed));
+END
+$function$;
+ALTER FUNCTION querylayer_api.worker_close_expired_runs(integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.worker_close_expired_runs(integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.worker_close_expired_runs(integer) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.worker_close_expired_runs(integer) TO querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer_api.worker_record_evidence_attempt(p_job_id uuid, p_http_status integer, p_observed_sha256 text, p_observed_excerpt text DEFAULT NULL::text)
  RETURNS jsonb
@@ -6435,11 +7285,275 @@ ALTER TABLE querylayer.runs ADD COLUMN extension_version text;
 ALTER TABLE querylayer.runs ALTER COLUMN extension_version SET DEFAULT querylayer.installed_version();
 SELECT querylayer.add_ledger_form('querylayer.runs'::regclass);
 
+-- (c) sql/upgrades/0.2.0/14-idempotency.sql
+
+-- Issue 14: idempotency keys (sql/155_idempotency.sql).
+CREATE TABLE querylayer.idempotency_keys (
+    site_id        uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    principal_id   uuid NOT NULL,
+    key            text NOT NULL CHECK (key ~ '^[!-~]{1,255}$'),
+    action         text NOT NULL CHECK (length(action) BETWEEN 1 AND 200),
+    request_sha256 bytea NOT NULL CHECK (length(request_sha256) = 32),
+    response       jsonb,
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at     timestamptz NOT NULL,
+    PRIMARY KEY (site_id, principal_id, key)
+);
+CREATE INDEX idempotency_keys_expiry ON querylayer.idempotency_keys (site_id, expires_at);
+SELECT querylayer.isolate_by_site('querylayer.idempotency_keys'::regclass);
+ALTER TABLE querylayer.idempotency_keys OWNER TO querylayer_owner;
+
+-- (c) sql/upgrades/0.2.0/14-retention-1-tables.sql
+
+-- Issue 14: retention (sql/020_ledger.sql, sql/160_retention.sql): the registry of tables that
+-- age by month, and the signed record of what retention drops (retention_summaries is chained).
+-- The owner creates month partitions (only while partition maintenance runs: refuse_owner_ddl).
+GRANT CREATE ON SCHEMA querylayer TO querylayer_owner;
+CREATE TABLE querylayer.aging_tables (
+    table_name  text PRIMARY KEY,
+    time_column text NOT NULL
+);
+
+CREATE TABLE querylayer.retention_drops (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    table_name     text NOT NULL,
+    partition_name text NOT NULL,
+    range_from     timestamptz,
+    range_to       timestamptz,
+    rows           bigint NOT NULL,
+    bytes          bigint NOT NULL,
+    statement      jsonb NOT NULL,
+    signature      text NOT NULL,
+    server_key_id  uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
+    dropped_by     text NOT NULL,
+    dropped_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+SELECT querylayer.make_append_only('querylayer.retention_drops'::regclass);
+
+CREATE TABLE querylayer.retention_summaries (
+    id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id        uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    drop_id        uuid NOT NULL REFERENCES querylayer.retention_drops ON DELETE RESTRICT,
+    statement      jsonb NOT NULL,
+    signature      text NOT NULL,
+    server_key_id  uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
+    created_at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+SELECT querylayer.isolate_by_site('querylayer.retention_summaries'::regclass);
+SELECT querylayer.make_chained('querylayer.retention_summaries'::regclass);
+ALTER TABLE querylayer.aging_tables OWNER TO querylayer_owner;
+ALTER TABLE querylayer.retention_drops OWNER TO querylayer_owner;
+ALTER TABLE querylayer.retention_summaries OWNER TO querylayer_owner;
+
+-- (c) sql/upgrades/0.2.0/14-retention-2-audit-events.sql
+
+-- Issue 14: audit_events becomes partitioned by month (sql/050_audit.sql), every row kept.
+-- The 0.1.0 table steps aside under another name, the 0.2.0 table takes its name with the same
+-- columns, row-level security, policies and append-only triggers, a partition for every month
+-- its rows cover (and the months ahead), the rows move with their ids, and the old table goes.
+LOCK TABLE querylayer.audit_events IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE querylayer.audit_events RENAME TO audit_events_0_1_0;
+ALTER INDEX querylayer.audit_events_pkey RENAME TO audit_events_0_1_0_pkey;
+ALTER INDEX querylayer.audit_events_site_at RENAME TO audit_events_0_1_0_site_at;
+
+CREATE SEQUENCE querylayer.audit_event_ids AS bigint;
+CREATE TABLE querylayer.audit_events (
+    id              bigint NOT NULL DEFAULT nextval('querylayer.audit_event_ids'),
+    at              timestamptz NOT NULL DEFAULT clock_timestamp(),
+    site_id         uuid REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid,
+    principal_kind  text NOT NULL CHECK (principal_kind IN ('connection', 'member', 'operator', 'anonymous')),
+    agent_id        uuid,
+    connection_id   uuid,
+    member_id       uuid,
+    operator_role   text,
+    action          text NOT NULL,
+    outcome         text NOT NULL DEFAULT 'ok',
+    target          text,
+    detail          jsonb NOT NULL DEFAULT '{}',
+    PRIMARY KEY (id, at)
+) PARTITION BY RANGE (at);
+ALTER SEQUENCE querylayer.audit_event_ids OWNED BY querylayer.audit_events.id;
+CREATE INDEX audit_events_site_at ON querylayer.audit_events (site_id, at);
+ALTER TABLE querylayer.audit_events ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.audit_events FORCE ROW LEVEL SECURITY;
+CREATE POLICY audit_read ON querylayer.audit_events FOR SELECT
+    USING (site_id = querylayer.ctx_site_id() OR (site_id IS NULL AND querylayer.ctx_is_operator()));
+CREATE POLICY audit_write ON querylayer.audit_events FOR INSERT
+    WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
+SELECT querylayer.make_append_only('querylayer.audit_events'::regclass);
+SELECT querylayer.age_by_month('querylayer.audit_events'::regclass, 'at'::name);
+SELECT querylayer.create_time_partition('querylayer.audit_events'::text, extract(year FROM m)::integer, extract(month FROM m)::integer)
+  FROM (SELECT DISTINCT date_trunc('month', at AT TIME ZONE 'UTC') AS m FROM querylayer.audit_events_0_1_0) months;
+INSERT INTO querylayer.audit_events (id, at, site_id, organization_id, principal_kind, agent_id, connection_id,
+                                     member_id, operator_role, action, outcome, target, detail)
+SELECT id, at, site_id, organization_id, principal_kind, agent_id, connection_id,
+       member_id, operator_role, action, outcome, target, detail
+  FROM querylayer.audit_events_0_1_0 ORDER BY id;
+SELECT setval('querylayer.audit_event_ids', coalesce((SELECT max(id) FROM querylayer.audit_events_0_1_0), 0) + 1, false);
+DROP TABLE querylayer.audit_events_0_1_0;
+ALTER TABLE querylayer.audit_events OWNER TO querylayer_owner;
+
+-- (c) sql/upgrades/0.2.0/14-retention-3-envelope-receipts.sql
+
+-- Issue 14: envelope_receipts becomes partitioned by month (sql/095_envelopes.sql), every row
+-- kept; the same steps as for audit_events.
+LOCK TABLE querylayer.envelope_receipts IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE querylayer.envelope_receipts RENAME TO envelope_receipts_0_1_0;
+ALTER INDEX querylayer.envelope_receipts_pkey RENAME TO envelope_receipts_0_1_0_pkey;
+
+CREATE SEQUENCE querylayer.envelope_receipt_ids AS bigint;
+CREATE TABLE querylayer.envelope_receipts (
+    id            bigint NOT NULL DEFAULT nextval('querylayer.envelope_receipt_ids'),
+    at            timestamptz NOT NULL DEFAULT clock_timestamp(),
+    site_id       uuid REFERENCES querylayer.sites ON DELETE RESTRICT,
+    connection_id uuid,
+    allowed       boolean NOT NULL,
+    path          text NOT NULL,
+    method        text NOT NULL,
+    profile       text,
+    sender        text,
+    error         text,
+    checks        jsonb,
+    PRIMARY KEY (id, at)
+) PARTITION BY RANGE (at);
+ALTER SEQUENCE querylayer.envelope_receipt_ids OWNED BY querylayer.envelope_receipts.id;
+ALTER TABLE querylayer.envelope_receipts ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.envelope_receipts FORCE ROW LEVEL SECURITY;
+CREATE POLICY receipts_read ON querylayer.envelope_receipts FOR SELECT
+    USING (site_id = querylayer.ctx_site_id() OR (site_id IS NULL AND querylayer.ctx_is_operator()));
+CREATE POLICY receipts_write ON querylayer.envelope_receipts FOR INSERT
+    WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
+SELECT querylayer.make_append_only('querylayer.envelope_receipts'::regclass);
+SELECT querylayer.age_by_month('querylayer.envelope_receipts'::regclass, 'at'::name);
+SELECT querylayer.create_time_partition('querylayer.envelope_receipts'::text, extract(year FROM m)::integer, extract(month FROM m)::integer)
+  FROM (SELECT DISTINCT date_trunc('month', at AT TIME ZONE 'UTC') AS m FROM querylayer.envelope_receipts_0_1_0) months;
+INSERT INTO querylayer.envelope_receipts (id, at, site_id, connection_id, allowed, path, method, profile, sender, error, checks)
+SELECT id, at, site_id, connection_id, allowed, path, method, profile, sender, error, checks
+  FROM querylayer.envelope_receipts_0_1_0 ORDER BY id;
+SELECT setval('querylayer.envelope_receipt_ids', coalesce((SELECT max(id) FROM querylayer.envelope_receipts_0_1_0), 0) + 1, false);
+DROP TABLE querylayer.envelope_receipts_0_1_0;
+ALTER TABLE querylayer.envelope_receipts OWNER TO querylayer_owner;
+
+-- (c) sql/upgrades/0.2.0/14-run-deadlines.sql
+
+-- Issue 14: every run ends (sql/060_runs.sql). Runs still open at the upgrade get the default
+-- deadline counted from now, so the worker closes none of them by surprise.
+CREATE TABLE querylayer.run_deadlines (
+    run_id      uuid PRIMARY KEY REFERENCES querylayer.runs ON DELETE RESTRICT,
+    site_id     uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    deadline_at timestamptz NOT NULL
+);
+CREATE INDEX run_deadlines_due ON querylayer.run_deadlines (site_id, deadline_at);
+SELECT querylayer.isolate_by_site('querylayer.run_deadlines'::regclass);
+SELECT querylayer.make_append_only('querylayer.run_deadlines'::regclass);
+
+CREATE TABLE querylayer.run_deadline_sweeps (
+    site_id      uuid PRIMARY KEY REFERENCES querylayer.sites ON DELETE RESTRICT,
+    swept_until  timestamptz NOT NULL
+);
+SELECT querylayer.isolate_by_site('querylayer.run_deadline_sweeps'::regclass);
+
+INSERT INTO querylayer.run_deadlines (run_id, site_id, deadline_at)
+SELECT r.id, r.site_id, now() + make_interval(secs => 86400)
+  FROM querylayer.runs r
+ WHERE NOT EXISTS (SELECT 1 FROM querylayer.run_events e WHERE e.run_id = r.id AND e.kind = 'finished');
+ALTER TABLE querylayer.run_deadlines OWNER TO querylayer_owner;
+ALTER TABLE querylayer.run_deadline_sweeps OWNER TO querylayer_owner;
+
+-- (c) sql/upgrades/0.2.0/14-settings.sql
+
+-- Issue 14: the settings of faults and retention (sql/095_envelopes.sql).
+ALTER TABLE querylayer.settings DROP CONSTRAINT settings_key_check;
+ALTER TABLE querylayer.settings ADD CONSTRAINT settings_key_check
+    CHECK (key IN ('server_did', 'envelope_require_v2', 'envelope_freshness_seconds',
+                   'evidence_reverify_after_days', 'form_rejected_retention_days',
+                   'ledger_lock_timeout_ms', 'run_deadline_default_seconds',
+                   'run_deadline_max_seconds', 'idempotency_key_ttl_hours',
+                   'audit_retention_days', 'readiness_min_free_mb'));
+INSERT INTO querylayer.settings (key, value) VALUES
+    ('ledger_lock_timeout_ms', '5000'),
+    ('run_deadline_default_seconds', '86400'),
+    ('run_deadline_max_seconds', '604800'),
+    ('idempotency_key_ttl_hours', '24'),
+    ('audit_retention_days', '90'),
+    ('readiness_min_free_mb', '64')
+ON CONFLICT (key) DO NOTHING;
+
+-- (c) sql/upgrades/0.2.0/14-value-limits.sql
+
+-- Issue 14: size limits of stored values (sql/150_limits.sql): the table and its triggers.
+CREATE TABLE querylayer.value_limits (
+    table_name  text NOT NULL,       -- unqualified: the table is in schema querylayer
+    column_name text NOT NULL,
+    argument    text NOT NULL,       -- the name callers give the value (tool argument, body field)
+    max_bytes   integer NOT NULL CHECK (max_bytes > 0),
+    PRIMARY KEY (table_name, column_name)
+);
+INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
+    ('runs',                   'input',                 'input',                 65536),
+    ('runs',                   'required_outputs',      'required_outputs',      16384),
+    ('runs',                   'completion_conditions', 'completion_conditions', 32768),
+    ('run_events',             'summary',               'summary',               16384),
+    ('run_events',             'reasons',               'reasons',               16384),
+    ('run_artifacts',          'value',                 'value',                 1048576),
+    ('run_artifacts',          'affected_objects',      'affected_objects',      65536),
+    ('content_revisions',      'fields',                'fields',                1048576),
+    ('proposals',              'payload',               'payload',               262144),
+    ('console_turns',          'result',                'result',                65536),
+    ('console_turns',          'failure_reason',        'failure_reason',        4096),
+    ('task_plans',             'failure_reason',        'reason',                4096),
+    ('task_steps',             'result',                'result',                65536),
+    ('task_steps',             'failure_reason',        'failure_reason',        4096),
+    ('content_source_packages', 'source',               'source',                2048),
+    ('content_source_records', 'record',                'records[]',             65536),
+    ('strategy_opportunities', 'rationale',             'rationale',             4096),
+    ('strategy_opportunities', 'signals',               'signals',               16384),
+    ('semantic_models',        'document',              'document',              1048576),
+    ('rights_documents',       'document',              'document',              1048576),
+    ('access_receipts',        'resource',              'resource',              1024),
+    ('access_receipts',        'purpose',               'purpose',               1024),
+    ('answers',                'question',              'question',              4096),
+    ('answers',                'purpose',               'purpose',               1024),
+    ('answer_drafts',          'purpose',               'purpose',               1024),
+    ('form_screening_events',  'payload',               'events[].payload',      16384),
+    ('form_screening_events',  'raw_signals',           'events[].raw_signals',  16384),
+    ('form_screening_events',  'contact',               'events[].contact',      1024),
+    ('form_screening_events',  'actor',                 'events[].actor',        1024),
+    ('form_screening_events',  'network_marker',        'events[].network_marker', 256),
+    ('connections',            'revoked_reason',        'reason',                1000),
+    ('member_tokens',          'revoked_reason',        'reason',                1000),
+    ('agent_sessions',         'ended_reason',          'reason',                1000),
+    ('evidence_reviews',       'reviewer_note',         'note',                  4000);
+
+SELECT querylayer.limit_values('querylayer.runs'::regclass);
+SELECT querylayer.limit_values('querylayer.run_events'::regclass);
+SELECT querylayer.limit_values('querylayer.run_artifacts'::regclass);
+SELECT querylayer.limit_values('querylayer.content_revisions'::regclass);
+SELECT querylayer.limit_values('querylayer.proposals'::regclass);
+SELECT querylayer.limit_values('querylayer.console_turns'::regclass, true);
+SELECT querylayer.limit_values('querylayer.task_plans'::regclass, true);
+SELECT querylayer.limit_values('querylayer.task_steps'::regclass, true);
+SELECT querylayer.limit_values('querylayer.content_source_packages'::regclass);
+SELECT querylayer.limit_values('querylayer.content_source_records'::regclass);
+SELECT querylayer.limit_values('querylayer.strategy_opportunities'::regclass);
+SELECT querylayer.limit_values('querylayer.semantic_models'::regclass);
+SELECT querylayer.limit_values('querylayer.rights_documents'::regclass);
+SELECT querylayer.limit_values('querylayer.access_receipts'::regclass);
+SELECT querylayer.limit_values('querylayer.answers'::regclass);
+SELECT querylayer.limit_values('querylayer.answer_drafts'::regclass);
+SELECT querylayer.limit_values('querylayer.form_screening_events'::regclass);
+SELECT querylayer.limit_values('querylayer.connections'::regclass, true);
+SELECT querylayer.limit_values('querylayer.member_tokens'::regclass, true);
+SELECT querylayer.limit_values('querylayer.agent_sessions'::regclass, true);
+SELECT querylayer.limit_values('querylayer.evidence_reviews'::regclass, true);
+ALTER TABLE querylayer.value_limits OWNER TO querylayer_owner;
+
 -- (d) triggers, policies, privileges, owners, comments, backups and ledger forms of a fresh 0.2.0
 -- install; then what 0.1.0 had and 0.2.0 has not
 
 REVOKE ALL ON SCHEMA querylayer FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_owner, querylayer_worker;
-GRANT USAGE ON SCHEMA querylayer TO querylayer_owner;
+GRANT CREATE, USAGE ON SCHEMA querylayer TO querylayer_owner;
 COMMENT ON SCHEMA querylayer IS 'QueryLayer tables and internal functions. Private: no role but the owner has any privilege here.';
 
 REVOKE ALL ON SCHEMA querylayer_api FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_owner, querylayer_worker;
@@ -6476,6 +7590,11 @@ ALTER TABLE querylayer.agents ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.agents FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.agents FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+ALTER TABLE querylayer.aging_tables OWNER TO querylayer_owner;
+ALTER TABLE querylayer.aging_tables DISABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.aging_tables NO FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.aging_tables FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.answer_drafts OWNER TO querylayer_owner;
 ALTER TABLE querylayer.answer_drafts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.answer_drafts FORCE ROW LEVEL SECURITY;
@@ -6491,12 +7610,11 @@ ALTER TABLE querylayer.attestations ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.attestations FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.attestations FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-ALTER TABLE querylayer.audit_events OWNER TO querylayer_owner;
+REVOKE ALL ON SEQUENCE querylayer.audit_event_ids FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.audit_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.audit_events FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.audit_events FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-REVOKE ALL ON SEQUENCE querylayer.audit_events_id_seq FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.claim_evidence OWNER TO querylayer_owner;
 ALTER TABLE querylayer.claim_evidence ENABLE ROW LEVEL SECURITY;
@@ -6563,12 +7681,11 @@ ALTER TABLE querylayer.envelope_nonces DISABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.envelope_nonces NO FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.envelope_nonces FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-ALTER TABLE querylayer.envelope_receipts OWNER TO querylayer_owner;
+REVOKE ALL ON SEQUENCE querylayer.envelope_receipt_ids FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.envelope_receipts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.envelope_receipts FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.envelope_receipts FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-REVOKE ALL ON SEQUENCE querylayer.envelope_receipts_id_seq FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.envelope_routes OWNER TO querylayer_owner;
 ALTER TABLE querylayer.envelope_routes DISABLE ROW LEVEL SECURITY;
@@ -6601,6 +7718,11 @@ ALTER TABLE querylayer.form_screening_events FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.form_screening_events FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 REVOKE ALL ON SEQUENCE querylayer.form_screening_events_id_seq FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.idempotency_keys OWNER TO querylayer_owner;
+ALTER TABLE querylayer.idempotency_keys ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.idempotency_keys FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.idempotency_keys FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.ledger_forms OWNER TO querylayer_owner;
 ALTER TABLE querylayer.ledger_forms DISABLE ROW LEVEL SECURITY;
@@ -6662,6 +7784,16 @@ ALTER TABLE querylayer.proposals ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.proposals FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.proposals FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+ALTER TABLE querylayer.retention_drops OWNER TO querylayer_owner;
+ALTER TABLE querylayer.retention_drops DISABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.retention_drops NO FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.retention_drops FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.retention_summaries OWNER TO querylayer_owner;
+ALTER TABLE querylayer.retention_summaries ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.retention_summaries FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.retention_summaries FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.rights_documents OWNER TO querylayer_owner;
 ALTER TABLE querylayer.rights_documents ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.rights_documents FORCE ROW LEVEL SECURITY;
@@ -6671,6 +7803,16 @@ ALTER TABLE querylayer.run_artifacts OWNER TO querylayer_owner;
 ALTER TABLE querylayer.run_artifacts ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.run_artifacts FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.run_artifacts FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.run_deadline_sweeps OWNER TO querylayer_owner;
+ALTER TABLE querylayer.run_deadline_sweeps ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.run_deadline_sweeps FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.run_deadline_sweeps FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.run_deadlines OWNER TO querylayer_owner;
+ALTER TABLE querylayer.run_deadlines ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.run_deadlines FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.run_deadlines FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.run_events OWNER TO querylayer_owner;
 ALTER TABLE querylayer.run_events ENABLE ROW LEVEL SECURITY;
@@ -6752,6 +7894,14 @@ ALTER TABLE querylayer.topics ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.topics FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.topics FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+ALTER TABLE querylayer.value_limits OWNER TO querylayer_owner;
+ALTER TABLE querylayer.value_limits DISABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.value_limits NO FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.value_limits FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.access_receipts FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.access_receipts ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.access_receipts FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.access_receipts ENABLE ALWAYS TRIGGER append_only_row;
 
@@ -6767,8 +7917,17 @@ ALTER TABLE querylayer.agent_profile_renames ENABLE ALWAYS TRIGGER append_only_r
 CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.agent_profile_renames FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.agent_profile_renames ENABLE ALWAYS TRIGGER append_only_truncate;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.agent_sessions FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.agent_sessions ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER agents_guard BEFORE DELETE OR UPDATE ON querylayer.agents FOR EACH ROW EXECUTE FUNCTION querylayer.agents_guard();
 ALTER TABLE querylayer.agents ENABLE ALWAYS TRIGGER agents_guard;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.answer_drafts FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.answer_drafts ENABLE ALWAYS TRIGGER a0_value_limits;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.answers FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.answers ENABLE ALWAYS TRIGGER a0_value_limits;
 
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.answers FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.answers ENABLE ALWAYS TRIGGER append_only_row;
@@ -6806,6 +7965,9 @@ ALTER TABLE querylayer.claim_evidence ENABLE ALWAYS TRIGGER append_only_truncate
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.claim_evidence FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.claim_evidence ENABLE ALWAYS TRIGGER zz_chain;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.connections FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.connections ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER connections_check_scopes BEFORE INSERT ON querylayer.connections FOR EACH ROW EXECUTE FUNCTION querylayer.connections_check_scopes();
 ALTER TABLE querylayer.connections ENABLE ALWAYS TRIGGER connections_check_scopes;
 
@@ -6820,6 +7982,9 @@ ALTER TABLE querylayer.console_conversations ENABLE ALWAYS TRIGGER append_only_r
 
 CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.console_conversations FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.console_conversations ENABLE ALWAYS TRIGGER append_only_truncate;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.console_turns FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.console_turns ENABLE ALWAYS TRIGGER a0_value_limits;
 
 CREATE OR REPLACE TRIGGER console_turns_guard BEFORE DELETE OR UPDATE ON querylayer.console_turns FOR EACH ROW EXECUTE FUNCTION querylayer.console_turns_guard();
 ALTER TABLE querylayer.console_turns ENABLE ALWAYS TRIGGER console_turns_guard;
@@ -6842,6 +8007,9 @@ ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_guard;
 CREATE OR REPLACE TRIGGER content_items_no_truncate BEFORE TRUNCATE ON querylayer.content_items FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_no_truncate;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.content_revisions FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.content_revisions ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER aa_check_authorship BEFORE INSERT ON querylayer.content_revisions FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship();
 ALTER TABLE querylayer.content_revisions ENABLE ALWAYS TRIGGER aa_check_authorship;
 
@@ -6854,6 +8022,9 @@ ALTER TABLE querylayer.content_revisions ENABLE ALWAYS TRIGGER append_only_trunc
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.content_revisions FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.content_revisions ENABLE ALWAYS TRIGGER zz_chain;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.content_source_packages FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.content_source_packages ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER aa_check_authorship BEFORE INSERT ON querylayer.content_source_packages FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship();
 ALTER TABLE querylayer.content_source_packages ENABLE ALWAYS TRIGGER aa_check_authorship;
 
@@ -6865,6 +8036,9 @@ ALTER TABLE querylayer.content_source_packages ENABLE ALWAYS TRIGGER append_only
 
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.content_source_packages FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.content_source_packages ENABLE ALWAYS TRIGGER zz_chain;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.content_source_records FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.content_source_records ENABLE ALWAYS TRIGGER a0_value_limits;
 
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.content_source_records FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.content_source_records ENABLE ALWAYS TRIGGER append_only_row;
@@ -6896,8 +8070,14 @@ ALTER TABLE querylayer.evidence_attempts ENABLE ALWAYS TRIGGER append_only_row;
 CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.evidence_attempts FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.evidence_attempts ENABLE ALWAYS TRIGGER append_only_truncate;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.evidence_reviews FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.evidence_reviews ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER form_screening_daily_append BEFORE DELETE OR TRUNCATE ON querylayer.form_screening_daily FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.form_screening_daily ENABLE ALWAYS TRIGGER form_screening_daily_append;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.form_screening_events FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.form_screening_events ENABLE ALWAYS TRIGGER a0_value_limits;
 
 CREATE OR REPLACE TRIGGER count_form_screening AFTER INSERT ON querylayer.form_screening_events FOR EACH ROW EXECUTE FUNCTION querylayer.count_form_screening();
 ALTER TABLE querylayer.form_screening_events ENABLE ALWAYS TRIGGER count_form_screening;
@@ -6919,6 +8099,9 @@ ALTER TABLE querylayer.lineage_events ENABLE ALWAYS TRIGGER append_only_truncate
 
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.lineage_events FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.lineage_events ENABLE ALWAYS TRIGGER zz_chain;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.member_tokens FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER a0_value_limits;
 
 CREATE OR REPLACE TRIGGER member_tokens_guard BEFORE DELETE OR UPDATE ON querylayer.member_tokens FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
 ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER member_tokens_guard;
@@ -6956,6 +8139,9 @@ ALTER TABLE querylayer.proposal_items ENABLE ALWAYS TRIGGER append_only_row;
 CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.proposal_items FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.proposal_items ENABLE ALWAYS TRIGGER append_only_truncate;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.proposals FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.proposals ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER aa_check_authorship BEFORE INSERT ON querylayer.proposals FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship();
 ALTER TABLE querylayer.proposals ENABLE ALWAYS TRIGGER aa_check_authorship;
 
@@ -6971,6 +8157,24 @@ ALTER TABLE querylayer.proposals ENABLE ALWAYS TRIGGER append_only_truncate;
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.proposals FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.proposals ENABLE ALWAYS TRIGGER zz_chain;
 
+CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.retention_drops FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.retention_drops ENABLE ALWAYS TRIGGER append_only_row;
+
+CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.retention_drops FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.retention_drops ENABLE ALWAYS TRIGGER append_only_truncate;
+
+CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.retention_summaries FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.retention_summaries ENABLE ALWAYS TRIGGER append_only_row;
+
+CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.retention_summaries FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.retention_summaries ENABLE ALWAYS TRIGGER append_only_truncate;
+
+CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.retention_summaries FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
+ALTER TABLE querylayer.retention_summaries ENABLE ALWAYS TRIGGER zz_chain;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.rights_documents FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.rights_documents ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.rights_documents FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.rights_documents ENABLE ALWAYS TRIGGER append_only_row;
 
@@ -6979,6 +8183,9 @@ ALTER TABLE querylayer.rights_documents ENABLE ALWAYS TRIGGER append_only_trunca
 
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.rights_documents FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.rights_documents ENABLE ALWAYS TRIGGER zz_chain;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.run_artifacts FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.run_artifacts ENABLE ALWAYS TRIGGER a0_value_limits;
 
 CREATE OR REPLACE TRIGGER aa_run_records_guard BEFORE INSERT ON querylayer.run_artifacts FOR EACH ROW EXECUTE FUNCTION querylayer.run_records_guard();
 ALTER TABLE querylayer.run_artifacts ENABLE ALWAYS TRIGGER aa_run_records_guard;
@@ -6992,6 +8199,15 @@ ALTER TABLE querylayer.run_artifacts ENABLE ALWAYS TRIGGER append_only_truncate;
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.run_artifacts FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.run_artifacts ENABLE ALWAYS TRIGGER zz_chain;
 
+CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.run_deadlines FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.run_deadlines ENABLE ALWAYS TRIGGER append_only_row;
+
+CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.run_deadlines FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.run_deadlines ENABLE ALWAYS TRIGGER append_only_truncate;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.run_events FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.run_events ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER aa_run_records_guard BEFORE INSERT ON querylayer.run_events FOR EACH ROW EXECUTE FUNCTION querylayer.run_records_guard();
 ALTER TABLE querylayer.run_events ENABLE ALWAYS TRIGGER aa_run_records_guard;
 
@@ -7004,6 +8220,9 @@ ALTER TABLE querylayer.run_events ENABLE ALWAYS TRIGGER append_only_truncate;
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.run_events FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.run_events ENABLE ALWAYS TRIGGER zz_chain;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.runs FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.runs ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.runs FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.runs ENABLE ALWAYS TRIGGER append_only_row;
 
@@ -7012,6 +8231,9 @@ ALTER TABLE querylayer.runs ENABLE ALWAYS TRIGGER append_only_truncate;
 
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.runs FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.runs ENABLE ALWAYS TRIGGER zz_chain;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.semantic_models FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.semantic_models ENABLE ALWAYS TRIGGER a0_value_limits;
 
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.semantic_models FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.semantic_models ENABLE ALWAYS TRIGGER append_only_row;
@@ -7034,14 +8256,23 @@ ALTER TABLE querylayer.strategy_import_batches ENABLE ALWAYS TRIGGER append_only
 CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.strategy_import_batches FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.strategy_import_batches ENABLE ALWAYS TRIGGER append_only_truncate;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.strategy_opportunities FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.strategy_opportunities ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.strategy_opportunities FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.strategy_opportunities ENABLE ALWAYS TRIGGER append_only_row;
 
 CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.strategy_opportunities FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.strategy_opportunities ENABLE ALWAYS TRIGGER append_only_truncate;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.task_plans FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.task_plans ENABLE ALWAYS TRIGGER a0_value_limits;
+
 CREATE OR REPLACE TRIGGER task_plans_guard BEFORE DELETE OR UPDATE ON querylayer.task_plans FOR EACH ROW EXECUTE FUNCTION querylayer.task_plans_guard();
 ALTER TABLE querylayer.task_plans ENABLE ALWAYS TRIGGER task_plans_guard;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.task_steps FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.task_steps ENABLE ALWAYS TRIGGER a0_value_limits;
 
 CREATE OR REPLACE TRIGGER task_steps_guard BEFORE INSERT OR DELETE OR UPDATE ON querylayer.task_steps FOR EACH ROW EXECUTE FUNCTION querylayer.task_steps_guard();
 ALTER TABLE querylayer.task_steps ENABLE ALWAYS TRIGGER task_steps_guard;
@@ -7161,6 +8392,9 @@ CREATE POLICY site_isolation ON querylayer.form_screening_daily AS PERMISSIVE FO
 DROP POLICY IF EXISTS site_isolation ON querylayer.form_screening_events;
 CREATE POLICY site_isolation ON querylayer.form_screening_events AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
+DROP POLICY IF EXISTS site_isolation ON querylayer.idempotency_keys;
+CREATE POLICY site_isolation ON querylayer.idempotency_keys AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
 DROP POLICY IF EXISTS site_isolation ON querylayer.ledger_heads;
 CREATE POLICY site_isolation ON querylayer.ledger_heads AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
@@ -7188,11 +8422,20 @@ CREATE POLICY site_isolation ON querylayer.proposal_items AS PERMISSIVE FOR ALL 
 DROP POLICY IF EXISTS site_isolation ON querylayer.proposals;
 CREATE POLICY site_isolation ON querylayer.proposals AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
+DROP POLICY IF EXISTS site_isolation ON querylayer.retention_summaries;
+CREATE POLICY site_isolation ON querylayer.retention_summaries AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
 DROP POLICY IF EXISTS site_isolation ON querylayer.rights_documents;
 CREATE POLICY site_isolation ON querylayer.rights_documents AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
 DROP POLICY IF EXISTS site_isolation ON querylayer.run_artifacts;
 CREATE POLICY site_isolation ON querylayer.run_artifacts AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.run_deadline_sweeps;
+CREATE POLICY site_isolation ON querylayer.run_deadline_sweeps AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.run_deadlines;
+CREATE POLICY site_isolation ON querylayer.run_deadlines AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
 DROP POLICY IF EXISTS site_isolation ON querylayer.run_events;
 CREATE POLICY site_isolation ON querylayer.run_events AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
@@ -7248,9 +8491,9 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.answers', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.attestations', '');
 
-SELECT pg_catalog.pg_extension_config_dump('querylayer.audit_events', '');
+SELECT pg_catalog.pg_extension_config_dump('querylayer.audit_event_ids', '');
 
-SELECT pg_catalog.pg_extension_config_dump('querylayer.audit_events_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('querylayer.audit_events', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.claim_evidence', '');
 
@@ -7278,9 +8521,9 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.did_challenges', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_nonces', '');
 
-SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_receipts', '');
+SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_receipt_ids', '');
 
-SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_receipts_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_receipts', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_routes', '');
 
@@ -7295,6 +8538,8 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.form_screening_daily', ''
 SELECT pg_catalog.pg_extension_config_dump('querylayer.form_screening_events', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.form_screening_events_id_seq', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.idempotency_keys', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.ledger_heads', '');
 
@@ -7314,9 +8559,17 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.proposal_items', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.proposals', '');
 
+SELECT pg_catalog.pg_extension_config_dump('querylayer.retention_drops', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.retention_summaries', '');
+
 SELECT pg_catalog.pg_extension_config_dump('querylayer.rights_documents', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.run_artifacts', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.run_deadline_sweeps', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.run_deadlines', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.run_events', '');
 
@@ -7368,6 +8621,8 @@ SELECT querylayer.ensure_ledger_form('querylayer.proposal_executions', 1::smalli
 
 SELECT querylayer.ensure_ledger_form('querylayer.proposals', 1::smallint, '{agent_id,author_kind,connection_id,created_at,id,member_id,payload,risk,run_id,site_id,summary,type}');
 
+SELECT querylayer.ensure_ledger_form('querylayer.retention_summaries', 1::smallint, '{created_at,drop_id,id,server_key_id,signature,site_id,statement}');
+
 SELECT querylayer.ensure_ledger_form('querylayer.rights_documents', 1::smallint, '{document,id,imported_at,imported_by,problems,site_id,version}');
 
 SELECT querylayer.ensure_ledger_form('querylayer.run_artifacts', 1::smallint, '{affected_objects,agent_id,connection_id,created_at,harness,id,key,run_id,site_id,value}');
@@ -7383,6 +8638,8 @@ SELECT querylayer.ensure_ledger_form('querylayer.semantic_models', 1::smallint, 
 DROP FUNCTION IF EXISTS querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean);
 
 DROP FUNCTION IF EXISTS querylayer.ledger_content(jsonb);
+
+DROP FUNCTION IF EXISTS querylayer_api.begin_run(text,jsonb,text[],text[]);
 
 DROP FUNCTION IF EXISTS querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text);
 

@@ -181,7 +181,10 @@ fn a_garbage_signature_learns_nothing_about_bindings() {
     // Nothing about the binding is stored with the refusal either.
     let stored: Vec<Option<String>> = db
         .superuser()
-        .query("SELECT connection_id::text FROM querylayer.envelope_receipts WHERE id > $1 ORDER BY id", &[&before])
+        .query(
+            "SELECT connection_id::text FROM querylayer.envelope_receipts WHERE id > $1 ORDER BY id",
+            &[&before],
+        )
         .unwrap()
         .iter()
         .map(|r| r.get(0))
