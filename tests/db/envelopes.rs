@@ -113,7 +113,9 @@ fn an_envelope_for_one_route_runs_nothing_else_in_its_transaction() {
                 AND has_function_privilege('querylayer_edge', p.oid, 'EXECUTE')
                 AND p.proname NOT IN ('authenticate', 'authenticate_member', 'authenticate_envelope',
                                       'record_failed_authentication', 'record_failed_member_authentication',
-                                      'verify_envelope', 'server_keys')
+                                      'verify_envelope', 'server_keys',
+                                      -- No context at all: readiness and the published limits.
+                                      'health', 'value_limits')
                 AND NOT EXISTS (SELECT 1 FROM querylayer.envelope_routes r
                                  WHERE r.method = 'POST' AND r.path = '/v1/answer'
                                    AND r.function_name = 'querylayer_api.' || p.proname)",
