@@ -1829,6 +1829,8 @@ CREATE OR REPLACE FUNCTION querylayer.idempotency_principal()
 AS $function$
 BEGIN
     IF querylayer.ctx_kind() = 'connection' THEN
+        -- Not under an envelope's context: it runs only the functions of the route it signed.
+        PERFORM querylayer.require_connection(NULL::text);
         RETURN querylayer.ctx_connection_id();
     ELSIF querylayer.ctx_kind() = 'member' THEN
         RETURN querylayer.ctx_member_id();
