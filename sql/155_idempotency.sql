@@ -89,7 +89,8 @@ $$;
 CREATE FUNCTION querylayer_api.store_idempotent_response(p_key text, p_response jsonb) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_response jsonb := coalesce(p_response, 'null'::jsonb);
+    v_principal uuid := querylayer.idempotency_principal();
+    v_response  jsonb := coalesce(p_response, 'null'::jsonb);
 BEGIN
     IF jsonb_typeof(v_response) = 'object' THEN
         IF v_response ? 'secret' THEN
@@ -100,7 +101,7 @@ BEGIN
         END IF;
     END IF;
     UPDATE querylayer.idempotency_keys SET response = v_response
-     WHERE site_id = querylayer.ctx_site_id() AND principal_id = querylayer.idempotency_principal()
+     WHERE site_id = querylayer.ctx_site_id() AND principal_id = v_principal
        AND key = p_key AND response IS NULL;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'idempotency_key % was not claimed in this transaction', p_key USING ERRCODE = 'QL409';

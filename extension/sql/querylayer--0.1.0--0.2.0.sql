@@ -6977,7 +6977,8 @@ CREATE OR REPLACE FUNCTION querylayer_api.store_idempotent_response(p_key text, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_response jsonb := coalesce(p_response, 'null'::jsonb);
+    v_principal uuid := querylayer.idempotency_principal();
+    v_response  jsonb := coalesce(p_response, 'null'::jsonb);
 BEGIN
     IF jsonb_typeof(v_response) = 'object' THEN
         IF v_response ? 'secret' THEN
@@ -6988,7 +6989,7 @@ BEGIN
         END IF;
     END IF;
     UPDATE querylayer.idempotency_keys SET response = v_response
-     WHERE site_id = querylayer.ctx_site_id() AND principal_id = querylayer.idempotency_principal()
+     WHERE site_id = querylayer.ctx_site_id() AND principal_id = v_principal
        AND key = p_key AND response IS NULL;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'idempotency_key % was not claimed in this transaction', p_key USING ERRCODE = 'QL409';
