@@ -1,7 +1,8 @@
 //! `querylayer-history`: writes history into a database through the governed API, as the real
 //! roles over real logins, for the tests that prove history survives operations (the upgrade
 //! test, the dump and restore test) and for the backup benchmark. It calls only what release
-//! 0.1.0 already had, so it writes the same history into either version.
+//! 0.1.0 already had, so it writes the same history into either version (binding a did:key
+//! takes its holder's proof since 0.2.0: the one call that asks the installed version).
 //!
 //!   querylayer-history write <database> <tag>       an organization and two sites named after
 //!       <tag>, and on them everything the API records: runs, events, artifacts, drafts,
@@ -22,7 +23,7 @@ use postgres::{Client, GenericClient};
 use querylayer_e2e::{
     admin_dsn, connect, ensure_logins, fingerprint, issued, tcp_dsn, DBA_PASSWORD, EDGE_PASSWORD,
 };
-use querylayer_envelope::{canonical, Envelope, Signer};
+use querylayer_envelope::{binding_proof, canonical, Envelope, Signer};
 use serde_json::{json, Value};
 
 fn main() {
@@ -385,12 +386,27 @@ fn write(db: &str, tag: &str) -> Value {
     }
     // Envelopes: one from a key bound to a connection (allowed, its nonce spent), one unbound.
     let signer = Signer::from_seed_bytes(format!("history-key-{tag}").as_bytes());
-    one(
-        &mut dba,
-        "SELECT querylayer_api.create_connection($1, 'writer', 'envelope key', '{content:read,site:read}',
-             now() + interval '30 days', 'generic', $2, false)",
-        &[&tag, &signer.did_key()],
-    );
+    let version: String =
+        su.query_one("SELECT extversion FROM pg_extension WHERE extname = 'querylayer'", &[]).unwrap().get(0);
+    if version == "0.1.0" {
+        one(
+            &mut dba,
+            "SELECT querylayer_api.create_connection($1, 'writer', 'envelope key', '{content:read,site:read}',
+                 now() + interval '30 days', 'generic', $2, false)",
+            &[&tag, &signer.did_key()],
+        );
+    } else {
+        // Since 0.2.0 a did:key is bound only with its holder's proof (a signed challenge).
+        let challenge =
+            one(&mut dba, "SELECT querylayer_api.create_did_challenge($1, $2)", &[&tag, &signer.did_key()]);
+        let proof = binding_proof(&signer, tag, &text(&challenge, "challenge"));
+        one(
+            &mut dba,
+            "SELECT querylayer_api.create_connection($1, 'writer', 'envelope key', '{content:read,site:read}',
+                 now() + interval '30 days', 'generic', $2, false, $3::jsonb)",
+            &[&tag, &signer.did_key(), &proof],
+        );
+    }
     let body = r#"{"question": "What is kept?"}"#;
     let created = now_utc(&mut su);
     let allowed = authenticate_envelope(&mut edge, &envelope(&signer, &created, body), body);
