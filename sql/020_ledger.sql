@@ -62,8 +62,8 @@ SELECT querylayer.make_append_only('querylayer.ledger_forms'::regclass);
 -- dumped by pg_dump (990_privileges.sql).
 CREATE FUNCTION querylayer.catalog_tables() RETURNS text[]
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT ARRAY['aging_tables', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes', 'task_operations',
-                 'value_limits']
+    SELECT ARRAY['aging_tables', 'envelope_routes', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes',
+                 'task_operations', 'value_limits']
 $$;
 
 -- The columns make_chained adds: the chain itself and the record's form. No form hashes them.
@@ -323,7 +323,12 @@ $$;
 
 CREATE TABLE querylayer.aging_tables (
     table_name  text PRIMARY KEY,   -- schema-qualified: querylayer.audit_events
-    time_column text NOT NULL
+    time_column text NOT NULL,
+    -- Keys and indexes live on each partition, not on the partitioned table: a restore
+    -- (docs/operations.md) attaches the dumped partitions, with their own keys and indexes, to
+    -- the table CREATE EXTENSION made, which must have none for them to collide with.
+    primary_key text[] NOT NULL,    -- its columns, e.g. {id,at}
+    indexes     text[] NOT NULL DEFAULT '{}'  -- each a column list, e.g. 'site_id, at'
 );
 
 -- The months kept ready ahead of time (the current one included).
@@ -366,8 +371,10 @@ BEGIN
 END
 $$;
 
--- Registers a table partitioned by range on p_column as aging by month and creates its partitions.
-CREATE FUNCTION querylayer.age_by_month(p_table regclass, p_column name) RETURNS void
+-- Registers a table partitioned by range on p_column as aging by month and creates its
+-- partitions, each with the primary key p_primary_key and the indexes p_indexes (column lists).
+CREATE FUNCTION querylayer.age_by_month(p_table regclass, p_column name, p_primary_key text[],
+                                        p_indexes text[] DEFAULT '{}') RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_name text;
@@ -378,7 +385,12 @@ BEGIN
     IF v_name IS NULL THEN
         RAISE EXCEPTION '% is not a partitioned table', p_table;
     END IF;
-    INSERT INTO querylayer.aging_tables (table_name, time_column) VALUES (v_name, p_column)
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = p_table) THEN
+        RAISE EXCEPTION '% has keys or indexes of its own; a table that ages by month keeps them on its partitions', p_table
+            USING HINT = 'give them to age_by_month: a restore attaches dumped partitions, which carry their own';
+    END IF;
+    INSERT INTO querylayer.aging_tables (table_name, time_column, primary_key, indexes)
+    VALUES (v_name, p_column, p_primary_key, coalesce(p_indexes, '{}'))
     ON CONFLICT (table_name) DO NOTHING;
     -- A restore (docs/operations.md) runs CREATE EXTENSION and then brings back the partitions
     -- the dump holds, each month as it was: creating any here would collide with them. The

@@ -18,11 +18,9 @@ CREATE TABLE querylayer.audit_events (
     action          text NOT NULL,
     outcome         text NOT NULL DEFAULT 'ok',
     target          text,
-    detail          jsonb NOT NULL DEFAULT '{}',
-    PRIMARY KEY (id, at)
+    detail          jsonb NOT NULL DEFAULT '{}'
 ) PARTITION BY RANGE (at);
 ALTER SEQUENCE querylayer.audit_event_ids OWNED BY querylayer.audit_events.id;
-CREATE INDEX audit_events_site_at ON querylayer.audit_events (site_id, at);
 ALTER TABLE querylayer.audit_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.audit_events FORCE ROW LEVEL SECURITY;
 -- Site records belong to their site; records without a site (failed authentications) are
@@ -32,7 +30,9 @@ CREATE POLICY audit_read ON querylayer.audit_events FOR SELECT
 CREATE POLICY audit_write ON querylayer.audit_events FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
 SELECT querylayer.make_append_only('querylayer.audit_events'::regclass);
-SELECT querylayer.age_by_month('querylayer.audit_events'::regclass, 'at'::name);
+-- Each partition has the key (id, at) and an index on (site_id, at).
+SELECT querylayer.age_by_month('querylayer.audit_events'::regclass, 'at'::name, ARRAY['id', 'at']::text[],
+                               ARRAY['site_id, at']::text[]);
 
 -- Appends one audit record attributed to the current context.
 CREATE FUNCTION querylayer.audit(p_action text, p_target text DEFAULT NULL,

@@ -150,7 +150,7 @@ $function$;
 ALTER FUNCTION querylayer.add_ledger_form(regclass,text[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.add_ledger_form(regclass,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-CREATE OR REPLACE FUNCTION querylayer.age_by_month(p_table regclass, p_column name)
+CREATE OR REPLACE FUNCTION querylayer.age_by_month(p_table regclass, p_column name, p_primary_key text[], p_indexes text[] DEFAULT '{}'::text[])
  RETURNS void
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -164,7 +164,12 @@ BEGIN
     IF v_name IS NULL THEN
         RAISE EXCEPTION '% is not a partitioned table', p_table;
     END IF;
-    INSERT INTO querylayer.aging_tables (table_name, time_column) VALUES (v_name, p_column)
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = p_table) THEN
+        RAISE EXCEPTION '% has keys or indexes of its own; a table that ages by month keeps them on its partitions', p_table
+            USING HINT = 'give them to age_by_month: a restore attaches dumped partitions, which carry their own';
+    END IF;
+    INSERT INTO querylayer.aging_tables (table_name, time_column, primary_key, indexes)
+    VALUES (v_name, p_column, p_primary_key, coalesce(p_indexes, '{}'))
     ON CONFLICT (table_name) DO NOTHING;
     -- A restore (docs/operations.md) runs CREATE EXTENSION and then brings back the partitions
     -- the dump holds, each month as it was: creating any here would collide with them. The
@@ -175,8 +180,8 @@ BEGIN
     PERFORM querylayer.ensure_time_partitions(v_name);
 END
 $function$;
-ALTER FUNCTION querylayer.age_by_month(regclass,name) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.age_by_month(regclass,name) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+ALTER FUNCTION querylayer.age_by_month(regclass,name,text[],text[]) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.age_by_month(regclass,name,text[],text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.agent_by_handle(p_organization_id uuid, p_handle text)
  RETURNS querylayer.agents
@@ -491,8 +496,8 @@ CREATE OR REPLACE FUNCTION querylayer.catalog_tables()
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT ARRAY['aging_tables', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes', 'task_operations',
-                 'value_limits']
+    SELECT ARRAY['aging_tables', 'envelope_routes', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes',
+                 'task_operations', 'value_limits']
 $function$;
 ALTER FUNCTION querylayer.catalog_tables() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.catalog_tables() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -7314,7 +7319,9 @@ ALTER TABLE querylayer.idempotency_keys OWNER TO querylayer_owner;
 GRANT CREATE ON SCHEMA querylayer TO querylayer_owner;
 CREATE TABLE querylayer.aging_tables (
     table_name  text PRIMARY KEY,
-    time_column text NOT NULL
+    time_column text NOT NULL,
+    primary_key text[] NOT NULL,
+    indexes     text[] NOT NULL DEFAULT '{}'
 );
 
 CREATE TABLE querylayer.retention_drops (
@@ -7373,11 +7380,9 @@ CREATE TABLE querylayer.audit_events (
     action          text NOT NULL,
     outcome         text NOT NULL DEFAULT 'ok',
     target          text,
-    detail          jsonb NOT NULL DEFAULT '{}',
-    PRIMARY KEY (id, at)
+    detail          jsonb NOT NULL DEFAULT '{}'
 ) PARTITION BY RANGE (at);
 ALTER SEQUENCE querylayer.audit_event_ids OWNED BY querylayer.audit_events.id;
-CREATE INDEX audit_events_site_at ON querylayer.audit_events (site_id, at);
 ALTER TABLE querylayer.audit_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.audit_events FORCE ROW LEVEL SECURITY;
 CREATE POLICY audit_read ON querylayer.audit_events FOR SELECT
@@ -7385,7 +7390,9 @@ CREATE POLICY audit_read ON querylayer.audit_events FOR SELECT
 CREATE POLICY audit_write ON querylayer.audit_events FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
 SELECT querylayer.make_append_only('querylayer.audit_events'::regclass);
-SELECT querylayer.age_by_month('querylayer.audit_events'::regclass, 'at'::name);
+-- Each partition has the key (id, at) and an index on (site_id, at).
+SELECT querylayer.age_by_month('querylayer.audit_events'::regclass, 'at'::name, ARRAY['id', 'at']::text[],
+                               ARRAY['site_id, at']::text[]);
 SELECT querylayer.create_time_partition('querylayer.audit_events'::text, extract(year FROM m)::integer, extract(month FROM m)::integer)
   FROM (SELECT DISTINCT date_trunc('month', at AT TIME ZONE 'UTC') AS m FROM querylayer.audit_events_0_1_0) months;
 INSERT INTO querylayer.audit_events (id, at, site_id, organization_id, principal_kind, agent_id, connection_id,
@@ -7417,8 +7424,7 @@ CREATE TABLE querylayer.envelope_receipts (
     profile       text,
     sender        text,
     error         text,
-    checks        jsonb,
-    PRIMARY KEY (id, at)
+    checks        jsonb
 ) PARTITION BY RANGE (at);
 ALTER SEQUENCE querylayer.envelope_receipt_ids OWNED BY querylayer.envelope_receipts.id;
 ALTER TABLE querylayer.envelope_receipts ENABLE ROW LEVEL SECURITY;
@@ -7428,7 +7434,8 @@ CREATE POLICY receipts_read ON querylayer.envelope_receipts FOR SELECT
 CREATE POLICY receipts_write ON querylayer.envelope_receipts FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
 SELECT querylayer.make_append_only('querylayer.envelope_receipts'::regclass);
-SELECT querylayer.age_by_month('querylayer.envelope_receipts'::regclass, 'at'::name);
+-- Each partition has the key (id, at).
+SELECT querylayer.age_by_month('querylayer.envelope_receipts'::regclass, 'at'::name, ARRAY['id', 'at']::text[]);
 SELECT querylayer.create_time_partition('querylayer.envelope_receipts'::text, extract(year FROM m)::integer, extract(month FROM m)::integer)
   FROM (SELECT DISTINCT date_trunc('month', at AT TIME ZONE 'UTC') AS m FROM querylayer.envelope_receipts_0_1_0) months;
 INSERT INTO querylayer.envelope_receipts (id, at, site_id, connection_id, allowed, path, method, profile, sender, error, checks)
@@ -8527,8 +8534,6 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_nonces', '');
 SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_receipt_ids', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_receipts', '');
-
-SELECT pg_catalog.pg_extension_config_dump('querylayer.envelope_routes', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.evidence_attempts', '');
 

@@ -48,20 +48,55 @@ fn plain_identifier(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
-/// (schema, table) of a registered aging table.
-fn aging_table(name: &str) -> (String, String) {
-    let found = Spi::get_two_with_args::<String, String>(
-        "SELECT n.nspname::text, c.relname::text
-           FROM querylayer.aging_tables a
-           JOIN pg_catalog.pg_class c ON c.relkind = 'p'
-           JOIN pg_catalog.pg_namespace n
-             ON n.oid = c.relnamespace AND format('%I.%I', n.nspname, c.relname) = a.table_name
-          WHERE a.table_name = $1",
-        &[name.into()],
-    );
+/// A registered aging table: its schema and name, and the primary key and indexes (column lists)
+/// each of its partitions gets.
+struct AgingTable {
+    schema: String,
+    table: String,
+    primary_key: Vec<String>,
+    indexes: Vec<Vec<String>>,
+}
+
+/// A column list of the registry (`'site_id, at'`), each name a plain identifier.
+fn columns(list: &str) -> Option<Vec<String>> {
+    let names: Vec<String> = list.split(',').map(|c| c.trim().to_string()).collect();
+    names.iter().all(|c| plain_identifier(c)).then_some(names)
+}
+
+fn aging_table(name: &str) -> AgingTable {
+    let found = Spi::connect(|client| {
+        let row = client
+            .select(
+                "SELECT n.nspname::text, c.relname::text, a.primary_key, a.indexes
+                   FROM querylayer.aging_tables a
+                   JOIN pg_catalog.pg_class c ON c.relkind = 'p'
+                   JOIN pg_catalog.pg_namespace n
+                     ON n.oid = c.relnamespace AND format('%I.%I', n.nspname, c.relname) = a.table_name
+                  WHERE a.table_name = $1",
+                Some(1),
+                &[name.into()],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::Error>((
+            row.get::<String>(1)?,
+            row.get::<String>(2)?,
+            row.get::<Vec<String>>(3)?,
+            row.get::<Vec<String>>(4)?,
+        ))
+    });
     match found {
-        Ok((Some(schema), Some(table))) if plain_identifier(&schema) && plain_identifier(&table) => {
-            (schema, table)
+        Ok((Some(schema), Some(table), Some(primary_key), Some(indexes)))
+            if plain_identifier(&schema)
+                && plain_identifier(&table)
+                && primary_key.iter().all(|c| plain_identifier(c)) =>
+        {
+            let indexes: Option<Vec<Vec<String>>> = indexes.iter().map(|i| columns(i)).collect();
+            match indexes {
+                Some(indexes) => AgingTable { schema, table, primary_key, indexes },
+                None => {
+                    error!("querylayer: an index of {name} names a column that is not a plain identifier")
+                }
+            }
         }
         _ => error!("querylayer: {name} is not a table that ages by month"),
     }
@@ -90,7 +125,7 @@ fn run_ddl(statements: &[String]) {
 /// and force row-level security with no policy of their own: rows are read through the parent.
 #[pg_extern(volatile, parallel_unsafe)]
 fn create_time_partition(parent: &str, year: Option<i32>, month: Option<i32>) -> Option<String> {
-    let (schema, table) = aging_table(parent);
+    let AgingTable { schema, table, primary_key, indexes } = aging_table(parent);
     let (name, bound) = match (year, month) {
         (None, None) => (format!("{table}_default"), "DEFAULT".to_string()),
         (Some(y), Some(m)) if (2000..=9998).contains(&y) && (1..=12).contains(&m) => {
@@ -120,15 +155,27 @@ fn create_time_partition(parent: &str, year: Option<i32>, month: Option<i32>) ->
     if exists {
         return None;
     }
-    let mut statements = vec![
-        format!("CREATE TABLE {qualified} PARTITION OF {schema}.{table} {bound}"),
+    let mut statements = vec![format!("CREATE TABLE {qualified} PARTITION OF {schema}.{table} {bound}")];
+    // The keys and indexes are the partition's own (the partitioned table has none, so that a
+    // restore can attach dumped partitions): named as PostgreSQL names them.
+    if !primary_key.is_empty() {
+        statements.push(format!("ALTER TABLE {qualified} ADD PRIMARY KEY ({})", primary_key.join(", ")));
+    }
+    for index in &indexes {
+        let index_name = format!("{name}_{}_idx", index.join("_"));
+        if !plain_identifier(&index_name) {
+            error!("querylayer: the index name {index_name} is too long");
+        }
+        statements.push(format!("CREATE INDEX {index_name} ON {qualified} ({})", index.join(", ")));
+    }
+    statements.extend([
         format!("ALTER TABLE {qualified} ENABLE ROW LEVEL SECURITY"),
         format!("ALTER TABLE {qualified} FORCE ROW LEVEL SECURITY"),
         format!(
             "CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON {qualified} \
              FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change()"
         ),
-    ];
+    ]);
     // At install and upgrade a superuser runs this; the owner role owns every table.
     let superuser = unsafe { pg_sys::superuser() };
     if superuser {

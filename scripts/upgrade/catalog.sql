@@ -147,13 +147,16 @@ SELECT 'config dump', c.tbl::regclass::text, coalesce(nullif(c.cond, ''), 'every
   FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS c (tbl, cond)
  WHERE e.extname = 'querylayer';
 
--- The privileges pg_dump compares the current ones with (extension objects only).
+-- The privileges pg_dump compares the current ones with (extension objects only). Not those of
+-- the month partitions: they are not the extension's (pg_dump dumps them whole, and ignores what
+-- an install script's REVOKE recorded for them), so a restored one has none.
 INSERT INTO facts
 SELECT 'initial privileges', pg_describe_object(i.classoid, i.objoid, i.objsubid),
        format('%s: %s', i.privtype, pg_temp.acl(i.initprivs, 'r', 10))
   FROM pg_init_privs i
  WHERE EXISTS (SELECT 1 FROM members m WHERE m.classid = i.classoid AND m.objid = i.objoid)
-    OR (i.classoid = 'pg_class'::regclass AND i.objoid IN (SELECT oid FROM rels))
+    OR (i.classoid = 'pg_class'::regclass AND i.objoid IN (SELECT oid FROM rels)
+        AND NOT (SELECT c.relispartition FROM pg_class c WHERE c.oid = i.objoid))
     OR (i.classoid = 'pg_namespace'::regclass AND i.objoid IN (SELECT oid FROM nsp));
 
 -- The extension's catalogs: rows every install writes alike (querylayer.catalog_tables()), and

@@ -4,7 +4,9 @@
 GRANT CREATE ON SCHEMA querylayer TO querylayer_owner;
 CREATE TABLE querylayer.aging_tables (
     table_name  text PRIMARY KEY,
-    time_column text NOT NULL
+    time_column text NOT NULL,
+    primary_key text[] NOT NULL,
+    indexes     text[] NOT NULL DEFAULT '{}'
 );
 
 CREATE TABLE querylayer.retention_drops (

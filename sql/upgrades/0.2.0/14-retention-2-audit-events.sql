@@ -21,11 +21,9 @@ CREATE TABLE querylayer.audit_events (
     action          text NOT NULL,
     outcome         text NOT NULL DEFAULT 'ok',
     target          text,
-    detail          jsonb NOT NULL DEFAULT '{}',
-    PRIMARY KEY (id, at)
+    detail          jsonb NOT NULL DEFAULT '{}'
 ) PARTITION BY RANGE (at);
 ALTER SEQUENCE querylayer.audit_event_ids OWNED BY querylayer.audit_events.id;
-CREATE INDEX audit_events_site_at ON querylayer.audit_events (site_id, at);
 ALTER TABLE querylayer.audit_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.audit_events FORCE ROW LEVEL SECURITY;
 CREATE POLICY audit_read ON querylayer.audit_events FOR SELECT
@@ -33,7 +31,9 @@ CREATE POLICY audit_read ON querylayer.audit_events FOR SELECT
 CREATE POLICY audit_write ON querylayer.audit_events FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
 SELECT querylayer.make_append_only('querylayer.audit_events'::regclass);
-SELECT querylayer.age_by_month('querylayer.audit_events'::regclass, 'at'::name);
+-- Each partition has the key (id, at) and an index on (site_id, at).
+SELECT querylayer.age_by_month('querylayer.audit_events'::regclass, 'at'::name, ARRAY['id', 'at']::text[],
+                               ARRAY['site_id, at']::text[]);
 SELECT querylayer.create_time_partition('querylayer.audit_events'::text, extract(year FROM m)::integer, extract(month FROM m)::integer)
   FROM (SELECT DISTINCT date_trunc('month', at AT TIME ZONE 'UTC') AS m FROM querylayer.audit_events_0_1_0) months;
 INSERT INTO querylayer.audit_events (id, at, site_id, organization_id, principal_kind, agent_id, connection_id,

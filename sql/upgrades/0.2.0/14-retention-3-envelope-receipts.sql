@@ -16,8 +16,7 @@ CREATE TABLE querylayer.envelope_receipts (
     profile       text,
     sender        text,
     error         text,
-    checks        jsonb,
-    PRIMARY KEY (id, at)
+    checks        jsonb
 ) PARTITION BY RANGE (at);
 ALTER SEQUENCE querylayer.envelope_receipt_ids OWNED BY querylayer.envelope_receipts.id;
 ALTER TABLE querylayer.envelope_receipts ENABLE ROW LEVEL SECURITY;
@@ -27,7 +26,8 @@ CREATE POLICY receipts_read ON querylayer.envelope_receipts FOR SELECT
 CREATE POLICY receipts_write ON querylayer.envelope_receipts FOR INSERT
     WITH CHECK (site_id IS NULL OR site_id = querylayer.ctx_site_id());
 SELECT querylayer.make_append_only('querylayer.envelope_receipts'::regclass);
-SELECT querylayer.age_by_month('querylayer.envelope_receipts'::regclass, 'at'::name);
+-- Each partition has the key (id, at).
+SELECT querylayer.age_by_month('querylayer.envelope_receipts'::regclass, 'at'::name, ARRAY['id', 'at']::text[]);
 SELECT querylayer.create_time_partition('querylayer.envelope_receipts'::text, extract(year FROM m)::integer, extract(month FROM m)::integer)
   FROM (SELECT DISTINCT date_trunc('month', at AT TIME ZONE 'UTC') AS m FROM querylayer.envelope_receipts_0_1_0) months;
 INSERT INTO querylayer.envelope_receipts (id, at, site_id, connection_id, allowed, path, method, profile, sender, error, checks)
