@@ -20,4 +20,4 @@ SET TimeZone = 'UTC';
 SELECT r
   FROM jsonb_each(:'columns'::jsonb) c, LATERAL pg_temp.rows(c.key::regclass, ARRAY(SELECT jsonb_array_elements_text(c.value))) r
  WHERE c.key IN (SELECT jsonb_array_elements_text(:'tables'::jsonb))
- ORDER BY 1 COLLATE "C";
+ ORDER BY r COLLATE "C";
