@@ -7365,6 +7365,9 @@ LOCK TABLE querylayer.audit_events IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE querylayer.audit_events RENAME TO audit_events_0_1_0;
 ALTER INDEX querylayer.audit_events_pkey RENAME TO audit_events_0_1_0_pkey;
 ALTER INDEX querylayer.audit_events_site_at RENAME TO audit_events_0_1_0_site_at;
+-- Its constraints too, so that the new table's get the names a fresh install gives them.
+ALTER TABLE querylayer.audit_events_0_1_0 RENAME CONSTRAINT audit_events_principal_kind_check TO audit_events_0_1_0_principal_kind_check;
+ALTER TABLE querylayer.audit_events_0_1_0 RENAME CONSTRAINT audit_events_site_id_fkey TO audit_events_0_1_0_site_id_fkey;
 
 CREATE SEQUENCE querylayer.audit_event_ids AS bigint;
 CREATE TABLE querylayer.audit_events (
@@ -7411,6 +7414,7 @@ ALTER TABLE querylayer.audit_events OWNER TO querylayer_owner;
 LOCK TABLE querylayer.envelope_receipts IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE querylayer.envelope_receipts RENAME TO envelope_receipts_0_1_0;
 ALTER INDEX querylayer.envelope_receipts_pkey RENAME TO envelope_receipts_0_1_0_pkey;
+ALTER TABLE querylayer.envelope_receipts_0_1_0 RENAME CONSTRAINT envelope_receipts_site_id_fkey TO envelope_receipts_0_1_0_site_id_fkey;
 
 CREATE SEQUENCE querylayer.envelope_receipt_ids AS bigint;
 CREATE TABLE querylayer.envelope_receipts (

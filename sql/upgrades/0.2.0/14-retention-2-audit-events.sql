@@ -6,6 +6,9 @@ LOCK TABLE querylayer.audit_events IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE querylayer.audit_events RENAME TO audit_events_0_1_0;
 ALTER INDEX querylayer.audit_events_pkey RENAME TO audit_events_0_1_0_pkey;
 ALTER INDEX querylayer.audit_events_site_at RENAME TO audit_events_0_1_0_site_at;
+-- Its constraints too, so that the new table's get the names a fresh install gives them.
+ALTER TABLE querylayer.audit_events_0_1_0 RENAME CONSTRAINT audit_events_principal_kind_check TO audit_events_0_1_0_principal_kind_check;
+ALTER TABLE querylayer.audit_events_0_1_0 RENAME CONSTRAINT audit_events_site_id_fkey TO audit_events_0_1_0_site_id_fkey;
 
 CREATE SEQUENCE querylayer.audit_event_ids AS bigint;
 CREATE TABLE querylayer.audit_events (

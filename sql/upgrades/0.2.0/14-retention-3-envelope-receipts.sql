@@ -3,6 +3,7 @@
 LOCK TABLE querylayer.envelope_receipts IN ACCESS EXCLUSIVE MODE;
 ALTER TABLE querylayer.envelope_receipts RENAME TO envelope_receipts_0_1_0;
 ALTER INDEX querylayer.envelope_receipts_pkey RENAME TO envelope_receipts_0_1_0_pkey;
+ALTER TABLE querylayer.envelope_receipts_0_1_0 RENAME CONSTRAINT envelope_receipts_site_id_fkey TO envelope_receipts_0_1_0_site_id_fkey;
 
 CREATE SEQUENCE querylayer.envelope_receipt_ids AS bigint;
 CREATE TABLE querylayer.envelope_receipts (
