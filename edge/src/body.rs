@@ -56,13 +56,14 @@ fn has_body(request: &Request) -> bool {
     !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS | Method::DELETE)
 }
 
-/// A console body that is not strict JSON: refused once the member token holds (the console
-/// answers an invalid token with the same 401 whatever else is wrong).
+/// A console or `/v1` body that is not strict JSON: refused once the member token or the envelope
+/// holds (an invalid credential gets the same 401 whatever else is wrong).
 #[derive(Clone, Debug)]
 pub struct MalformedBody(pub String);
 
 /// `/api/console` and `/v1`: a JSON body (when there is one) must be strict JSON within the
-/// limit. `/v1` is refused here; the console's refusal waits for its token (`MalformedBody`).
+/// limit. The refusal waits for the credential (`MalformedBody`): the console's for its token,
+/// `/v1`'s for its envelope, so an unauthenticated request is refused alike whatever its body.
 /// Console bodies also get their digest, for idempotency keys.
 pub async fn strict_body(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if !has_body(&request) {
@@ -76,9 +77,6 @@ pub async fn strict_body(State(state): State<AppState>, request: Request, next: 
     };
     if !bytes.iter().all(u8::is_ascii_whitespace) {
         if let Err(problem) = strict_json::check(&bytes) {
-            if !console {
-                return Error::invalid_argument(problem.to_string()).into_response();
-            }
             parts.extensions.insert(MalformedBody(problem.to_string()));
         }
     }

@@ -10,11 +10,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::body::MalformedBody;
 use crate::db::{Call, EnvelopeOutcome};
 use crate::error::Error;
 use crate::mcp::semantics_answer_signed;
@@ -55,8 +56,14 @@ async fn governed(
     uri: &Uri,
     headers: &HeaderMap,
     body: &Bytes,
+    malformed: Option<Extension<MalformedBody>>,
     steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
 ) -> Response {
+    // A body that is not strict JSON is refused once the envelope holds, never before.
+    let steps = async move |tx: &deadpool_postgres::Transaction<'_>| match malformed {
+        Some(Extension(MalformedBody(problem))) => Err(Error::invalid_argument(problem)),
+        None => steps(tx).await,
+    };
     let header = envelope_header(headers);
     let path = uri.path();
     let body_sha256 = Sha256::digest(body);
@@ -107,10 +114,11 @@ async fn import_osi(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    malformed: Option<Extension<MalformedBody>>,
     body: Bytes,
 ) -> Response {
     let document = String::from_utf8_lossy(&body).into_owned();
-    governed(&state, &method, &uri, &headers, &body, async move |tx| {
+    governed(&state, &method, &uri, &headers, &body, malformed, async move |tx| {
         Call::new("import_semantic_model")
             .arg("p_document", document)
             .run(tx)
@@ -125,6 +133,7 @@ async fn answer(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    malformed: Option<Extension<MalformedBody>>,
     body: Bytes,
 ) -> Response {
     // Parsed here only to refuse a malformed body with a clear message; the database reads the
@@ -137,7 +146,7 @@ async fn answer(
                 path => format!("{path}: {}", e.inner()),
             });
     let llm = state.config.llm.clone();
-    governed(&state, &method, &uri, &headers, &body, async move |tx| {
+    governed(&state, &method, &uri, &headers, &body, malformed, async move |tx| {
         let body = parsed.map_err(|e| {
             Error::invalid_argument(format!(
                 "the body must be {{\"question\", \"purpose\"?, \"dialect\"?}}: {e}"
