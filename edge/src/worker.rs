@@ -1,8 +1,10 @@
 //! `querylayer worker`: the background jobs, as a login holding `querylayer_worker` (EXECUTE on
 //! the worker functions and nothing else). Each pass takes the due claim-evidence jobs, fetches
 //! every source, and reports what it saw (HTTP status, SHA-256 of the body, a short text
-//! excerpt); the database decides what that means and opens human reviews. On its own schedule
-//! it runs the form screening retention purge. Bodies and excerpts are never logged.
+//! excerpt); the database decides what that means and opens human reviews. Each pass also fails
+//! closed the Agent Console tasks whose binding went while nobody touched them (a connection that
+//! expired). On its own schedule it runs the form screening retention purge. Bodies and excerpts
+//! are never logged.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -25,7 +27,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
 
-    /// Run one pass (the due evidence jobs, and the purge) and exit: for tests and cron.
+    /// Run one pass (the due evidence jobs, unbound console tasks, and the purge) and exit: for
+    /// tests and cron.
     #[arg(long)]
     pub once: bool,
 
@@ -104,6 +107,10 @@ pub async fn run(args: WorkerArgs) -> i32 {
         let mut ok = true;
         if let Err(e) = reverify_due_evidence(&db, &fetcher, &args).await {
             failed("evidence re-verification", &e);
+            ok = false;
+        }
+        if let Err(e) = fail_unbound_tasks(&db).await {
+            failed("console task binding check", &e);
             ok = false;
         }
         if let Some(every) = purge_every {
@@ -208,6 +215,19 @@ async fn reverify(db: &Db, fetcher: &Fetcher, job: Job) -> Result<(), Error> {
         duration_ms = started.elapsed().as_millis() as u64,
         "evidence re-verified"
     );
+    Ok(())
+}
+
+/// Console tasks whose connection expired (or whose session, profile or permission went without
+/// a transaction to notice) fail closed with their reason; logs turn ids only.
+async fn fail_unbound_tasks(db: &Db) -> Result<(), Error> {
+    let result: Value = db.call_as_operator(&Call::new("worker_fail_unbound_tasks")).await?;
+    let closed = result.get("closed").and_then(|v| v.as_array()).cloned().unwrap_or_default();
+    for turn in &closed {
+        let turn_id = turn.get("turn_id").and_then(|v| v.as_str()).unwrap_or_default();
+        tracing::info!(turn_id, "console task failed closed: its binding went");
+    }
+    tracing::info!(closed = closed.len(), "console task binding check");
     Ok(())
 }
 
