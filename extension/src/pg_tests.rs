@@ -1495,15 +1495,24 @@ mod tests {
         // The day rows stay, but rejected totals are reported only inside the retention window.
         let old = json("SELECT jsonb_agg(to_jsonb(d)) FROM querylayer.form_screening_daily d WHERE day = '2020-01-01' AND decision = 'rejected'");
         assert_eq!(old[0]["events"], 2);
-        let reported: Vec<(String, String)> = after["counts"]
+        // Forty days back: inside the year asked for, outside the 30-day window of rejections.
+        let day = text("SELECT ((now() - interval '40 days') AT TIME ZONE 'UTC')::date::text");
+        json(&format!(
+            r#"SELECT querylayer_api.report_form_screening('demo', '[
+            {{"form": "contact", "decision": "rejected", "reason": "spam", "occurred_at": "{day}T12:00:00Z"}},
+            {{"form": "contact", "decision": "accepted", "reason": "clean", "occurred_at": "{day}T12:00:00Z"}}]')"#
+        ));
+        authenticate(&site.secret);
+        let now = json("SELECT querylayer_api.form_screening_metrics(366)");
+        let reported: Vec<(String, String)> = now["counts"]
             .as_array()
             .unwrap()
             .iter()
             .map(|c| (c["day"].as_str().unwrap().to_string(), c["decision"].as_str().unwrap().to_string()))
             .collect();
-        assert!(reported.contains(&("2020-01-01".to_string(), "accepted".to_string())), "{after}");
-        assert!(!reported.contains(&("2020-01-01".to_string(), "rejected".to_string())), "{after}");
-        assert!(reported.iter().any(|(_, d)| d == "rejected"), "today's rejection is reported: {after}");
+        assert!(reported.contains(&(day.clone(), "accepted".to_string())), "{now}");
+        assert!(!reported.contains(&(day, "rejected".to_string())), "{now}");
+        assert!(reported.iter().any(|(_, d)| d == "rejected"), "today's rejection is reported: {now}");
         assert!(!after.to_string().contains("a@b.example"));
     }
 
