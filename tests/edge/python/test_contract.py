@@ -412,6 +412,21 @@ async def test_an_expired_connection_fails_its_task_at_the_next_touch_and_at_the
     assert seen["plans"][0]["state"] == "failed"
 
 
+async def test_a_plan_refuses_a_step_its_connection_could_never_run():
+    agent = hermes_agent()
+    owner = Console(member_token())
+    conv = conversation(owner, agent)
+    add_turn(owner, conv["conversation_id"])
+    narrow = [s for s in ALL_SCOPES if s != "publish:request"]
+    async with mcp(mint(narrow, agent=agent["handle"])["secret"]) as c:
+        turn = (await claim(c))["turn"]
+        refused = tool_error(await c.call_tool("querylayer_create_task_plan", {
+            "turn_id": turn["turn_id"], "session_id": turn["session_id"], "goal": "Live page", "steps": [
+                {"key": "draft", "operation": "draft", "instructions": "Write"},
+                {"key": "publish", "operation": "publish", "instructions": "Ask", "depends_on": ["draft"]}]}))
+        assert refused["code"] == "forbidden" and "steps[1] (publish) needs publish:request" in refused["message"]
+
+
 # ---------------------------------------------------------------------------------------------
 # 6. A step report after its session ended is refused.
 
