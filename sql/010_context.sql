@@ -164,3 +164,70 @@ BEGIN
                    p_table, p_column, p_column);
 END
 $$;
+
+-- Paging. Every list of the surface takes a limit and an opaque cursor and answers one page and
+-- `next_cursor` (NULL on the last page). A cursor holds the keyset position of the page's last
+-- row — its sort key and id, never an offset — so rows inserted meanwhile neither repeat nor
+-- shift the rows of a later page. A cursor names its list; another list refuses it.
+CREATE FUNCTION querylayer.page_limit(p_limit integer, p_max integer DEFAULT 500) RETURNS integer
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND p_max THEN
+        RAISE EXCEPTION 'limit must be between 1 and %', p_max USING ERRCODE = '22023';
+    END IF;
+    RETURN p_limit;
+END
+$$;
+
+CREATE FUNCTION querylayer.page_cursor(p_list text, p_key text, p_id uuid) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT pg_catalog.translate(pg_catalog.encode(pg_catalog.convert_to(
+               pg_catalog.jsonb_build_array(p_list, p_key, p_id)::text, 'UTF8'), 'base64'), E'+/=\n', '-_')
+$$;
+
+-- The position a cursor of p_list names: the sort key (as text) and the id of the last row seen.
+-- Both NULL without a cursor.
+CREATE FUNCTION querylayer.page_after(p_list text, p_cursor text, OUT after_key text, OUT after_id uuid)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v jsonb;
+BEGIN
+    IF p_cursor IS NULL THEN
+        RETURN;
+    END IF;
+    BEGIN
+        v := pg_catalog.convert_from(pg_catalog.decode(
+                 pg_catalog.rpad(pg_catalog.translate(p_cursor, '-_', '+/'), (length(p_cursor) + 3) / 4 * 4, '='),
+                 'base64'), 'UTF8')::jsonb;
+        IF jsonb_typeof(v) = 'array' AND jsonb_array_length(v) = 3 AND v->>0 = p_list THEN
+            after_key := v->>1;
+            after_id := (v->>2)::uuid;
+        END IF;
+    EXCEPTION WHEN others THEN
+        after_id := NULL;
+    END;
+    IF after_id IS NULL OR after_key IS NULL THEN
+        RAISE EXCEPTION 'cursor: not a cursor of this list' USING ERRCODE = '22023',
+            HINT = 'pass the next_cursor of the previous page unchanged';
+    END IF;
+END
+$$;
+
+-- One page: p_rows holds the first p_limit + 1 rows in list order, each {item, key, id}; the
+-- answer is {<p_name>: the first p_limit items, next_cursor}.
+CREATE FUNCTION querylayer.page(p_list text, p_name text, p_limit integer, p_rows jsonb) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT pg_catalog.jsonb_build_object(
+        p_name, coalesce((SELECT pg_catalog.jsonb_agg(r.value->'item' ORDER BY r.o)
+                            FROM pg_catalog.jsonb_array_elements(coalesce(p_rows, '[]')) WITH ORDINALITY AS r(value, o)
+                           WHERE r.o <= p_limit), '[]'),
+        'next_cursor', CASE WHEN pg_catalog.jsonb_array_length(coalesce(p_rows, '[]')) > p_limit THEN
+                           querylayer.page_cursor(p_list, p_rows->(p_limit - 1)->>'key', (p_rows->(p_limit - 1)->>'id')::uuid)
+                       END)
+$$;
+
+-- A timestamp as a sort key: ISO 8601 with microseconds, whatever the session's DateStyle.
+CREATE FUNCTION querylayer.page_key(p_at timestamptz) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT pg_catalog.to_jsonb(p_at) #>> '{}'
+$$;

@@ -520,18 +520,26 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamptz DEFAULT NULL) RETURNS jsonb
+-- Newest first; a page of p_limit runs and the cursor of the next (p_before: only runs that
+-- started before that instant).
+CREATE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamptz DEFAULT NULL,
+                                         p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('runs:read'::text);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(querylayer.run_json(r) ORDER BY r.started_at DESC, r.id), '[]')
-              FROM (SELECT * FROM querylayer.runs
-                     WHERE site_id = querylayer.ctx_site_id()
-                       AND (p_before IS NULL OR started_at < p_before)
-                     ORDER BY started_at DESC, id LIMIT p_limit) r);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('runs'::text, p_cursor);
+    RETURN querylayer.page('runs'::text, 'runs'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', querylayer.run_json(r), 'key', querylayer.page_key(r.started_at),
+                                            'id', r.id) ORDER BY r.started_at DESC, r.id DESC)
+          FROM (SELECT * FROM querylayer.runs
+                 WHERE site_id = querylayer.ctx_site_id()
+                   AND (p_before IS NULL OR started_at < p_before)
+                   AND (v_after.after_id IS NULL
+                        OR (started_at, id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY started_at DESC, id DESC LIMIT p_limit + 1) r));
 END
 $$;
 

@@ -317,13 +317,15 @@ BEGIN
         END IF;
         v_template := querylayer.newest_template(querylayer.ctx_site_id(), p_template);
         PERFORM querylayer.check_draft_fields(v_template, p_fields);
-        IF EXISTS (SELECT 1 FROM querylayer.content_items WHERE site_id = querylayer.ctx_site_id() AND slug = p_slug) THEN
+        -- Two drafts racing for one new slug: one item, and the other caller is told so.
+        INSERT INTO querylayer.content_items (site_id, slug, template_name)
+        VALUES (querylayer.ctx_site_id(), p_slug, v_template.name)
+        ON CONFLICT (site_id, slug) DO NOTHING
+        RETURNING * INTO v_item;
+        IF v_item.id IS NULL THEN
             RAISE EXCEPTION 'an item with slug % already exists on this site', quote_literal(p_slug) USING ERRCODE = 'QL409',
                 HINT = 'pass its content_id to add a revision';
         END IF;
-        INSERT INTO querylayer.content_items (site_id, slug, template_name)
-        VALUES (querylayer.ctx_site_id(), p_slug, v_template.name)
-        RETURNING * INTO v_item;
     ELSE
         SELECT * INTO v_item FROM querylayer.content_items WHERE id = p_content_id FOR UPDATE;
         IF NOT FOUND THEN
@@ -361,21 +363,29 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION querylayer_api.list_content(p_state text DEFAULT NULL, p_limit integer DEFAULT 50) RETURNS jsonb
+-- Newest items first (by creation, which never changes, so pages stay stable while items are
+-- drafted or published); a page of p_limit and the cursor of the next.
+CREATE FUNCTION querylayer_api.list_content(p_state text DEFAULT NULL, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL)
+RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
     IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
         RAISE EXCEPTION 'state must be draft, published or archived; got %', quote_literal(p_state) USING ERRCODE = '22023';
     END IF;
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(querylayer.content_json(i) ORDER BY i.updated_at DESC, i.id), '[]')
-              FROM (SELECT * FROM querylayer.content_items c
-                     WHERE c.site_id = querylayer.ctx_site_id()
-                       AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
-                     ORDER BY c.updated_at DESC, c.id LIMIT p_limit) i);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('content'::text, p_cursor);
+    RETURN querylayer.page('content'::text, 'items'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', querylayer.content_json(i), 'key', querylayer.page_key(i.created_at),
+                                            'id', i.id) ORDER BY i.created_at DESC, i.id DESC)
+          FROM (SELECT * FROM querylayer.content_items c
+                 WHERE c.site_id = querylayer.ctx_site_id()
+                   AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
+                   AND (v_after.after_id IS NULL
+                        OR (c.created_at, c.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY c.created_at DESC, c.id DESC LIMIT p_limit + 1) i));
 END
 $$;
 

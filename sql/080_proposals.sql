@@ -249,6 +249,7 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_cid uuid;
     v_rid uuid;
+    v_rev querylayer.content_revisions;
 BEGIN
     IF p_payload IS NULL OR jsonb_typeof(p_payload) <> 'object' THEN
         RAISE EXCEPTION 'payload must be a JSON object' USING ERRCODE = '22023';
@@ -258,8 +259,16 @@ BEGIN
     IF p_type IN ('create_content', 'revision') THEN
         v_cid := querylayer.payload_uuid(p_payload->'content_id', 'payload.content_id'::text);
         v_rid := querylayer.payload_uuid(p_payload->'revision_id', 'payload.revision_id'::text);
-        IF NOT EXISTS (SELECT 1 FROM querylayer.content_revisions WHERE id = v_rid AND content_id = v_cid) THEN
+        SELECT * INTO v_rev FROM querylayer.content_revisions WHERE id = v_rid AND content_id = v_cid;
+        IF NOT FOUND THEN
             RAISE EXCEPTION 'payload.revision_id: no revision % of item % on this site', v_rid, v_cid USING ERRCODE = 'QL404';
+        END IF;
+        -- Attribution cannot be borrowed: a card is its author's contributor output, so it cites
+        -- only a revision that a run of the proposing connection wrote.
+        IF v_rev.connection_id IS DISTINCT FROM querylayer.ctx_connection_id() THEN
+            RAISE EXCEPTION 'payload.revision_id: revision % was not written by this connection''s runs; a card cites only its own work',
+                v_rid USING ERRCODE = 'QL403',
+                HINT = 'write the revision with querylayer_create_draft in a run of this connection, then propose it';
         END IF;
         -- Contributor output may cite what commissioned or fed it (a brief, staged source records).
         PERFORM querylayer.check_draft_references(p_payload);
@@ -323,19 +332,25 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION querylayer.list_proposals(p_state text, p_limit integer) RETURNS jsonb
+-- Newest first, optionally of one state; a page of p_limit and the cursor of the next.
+CREATE FUNCTION querylayer.list_proposals(p_state text, p_limit integer, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.proposal_state_filter(p_state);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(j ORDER BY (j->>'created_at') DESC, j->>'proposal_id'), '[]')
-              FROM (SELECT querylayer.proposal_json(p.id) AS j
-                      FROM querylayer.proposals p
-                     WHERE p.site_id = querylayer.ctx_site_id()) all_
-             WHERE p_state IS NULL OR j->>'state' = p_state
-             LIMIT p_limit);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('proposals'::text, p_cursor);
+    RETURN querylayer.page('proposals'::text, 'proposals'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', x.j, 'key', querylayer.page_key(x.created_at), 'id', x.id)
+                         ORDER BY x.created_at DESC, x.id DESC)
+          FROM (SELECT p.id, p.created_at, pj.j
+                  FROM querylayer.proposals p CROSS JOIN LATERAL (SELECT querylayer.proposal_json(p.id) AS j) pj
+                 WHERE p.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (p.created_at, p.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                   AND (p_state IS NULL OR pj.j->>'state' = p_state)
+                 ORDER BY p.created_at DESC, p.id DESC LIMIT p_limit + 1) x));
 END
 $$;
 
@@ -503,11 +518,12 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION querylayer_api.list_proposals(p_state text DEFAULT NULL, p_limit integer DEFAULT 50) RETURNS jsonb
+CREATE FUNCTION querylayer_api.list_proposals(p_state text DEFAULT NULL, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL)
+RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    RETURN querylayer.list_proposals(p_state, p_limit);
+    RETURN querylayer.list_proposals(p_state, p_limit, p_cursor);
 END
 $$;
 

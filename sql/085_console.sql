@@ -2,20 +2,27 @@
 -- (080_proposals.sql), and manage the site's agent connections (owner and admin only) — plus
 -- the edge's audit of tool calls.
 
-CREATE FUNCTION querylayer_api.console_list_proposals(p_state text DEFAULT 'pending', p_limit integer DEFAULT 50)
+CREATE FUNCTION querylayer_api.console_list_proposals(p_state text DEFAULT 'pending', p_limit integer DEFAULT 50,
+                                                      p_cursor text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    RETURN querylayer.list_proposals(p_state, p_limit);
+    RETURN querylayer.list_proposals(p_state, p_limit, p_cursor);
 END
 $$;
 
-CREATE FUNCTION querylayer_api.console_list_connections() RETURNS jsonb
+-- Newest first; a page of p_limit and the cursor of the next.
+CREATE FUNCTION querylayer_api.console_list_connections(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('connections'::text, p_cursor);
+    RETURN querylayer.page('connections'::text, 'connections'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(c.created_at), 'id', c.id, 'item', jsonb_build_object(
                 'connection_id', c.id, 'name', c.name, 'agent', a.handle, 'prefix', c.prefix, 'did', c.did,
                 'scopes', to_jsonb(c.scopes),
                 'effective_scopes', to_jsonb(ARRAY(SELECT s FROM unnest(c.scopes) s
@@ -23,9 +30,13 @@ BEGIN
                                    WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = s) ORDER BY s)),
                 'harness', c.harness, 'expires_at', c.expires_at,
                 'state', CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.expires_at <= now() THEN 'expired' ELSE 'active' END,
-                'created_at', c.created_at, 'revoked_at', c.revoked_at) ORDER BY c.created_at, c.id), '[]')
-              FROM querylayer.connections c JOIN querylayer.agents a ON a.id = c.agent_id
-             WHERE c.site_id = querylayer.ctx_site_id());
+                'created_at', c.created_at, 'revoked_at', c.revoked_at)) ORDER BY c.created_at DESC, c.id DESC)
+          FROM (SELECT * FROM querylayer.connections x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at DESC, x.id DESC LIMIT p_limit + 1) c
+          JOIN querylayer.agents a ON a.id = c.agent_id));
 END
 $$;
 

@@ -16,7 +16,11 @@ CREATE TABLE querylayer.agent_sessions (
     registered_by uuid NOT NULL REFERENCES querylayer.members ON DELETE RESTRICT,
     ended_at      timestamptz,
     ended_reason  text,
-    PRIMARY KEY (site_id, session_id)
+    PRIMARY KEY (site_id, session_id),
+    -- A Hermes session belongs to its profile (the deep link names both, and Hermes verifies the
+    -- session under that profile), and a profile_id names one agent of one organization. So one
+    -- stored session is registered once, on one site, across every site and organization.
+    UNIQUE (profile_id, session_id)
 );
 SELECT querylayer.isolate_by_site('querylayer.agent_sessions'::regclass);
 
@@ -29,8 +33,9 @@ CREATE TABLE querylayer.console_conversations (
     title      text NOT NULL CHECK (length(title) BETWEEN 1 AND 200),
     opened_by  uuid NOT NULL REFERENCES querylayer.members ON DELETE RESTRICT,
     created_at timestamptz NOT NULL DEFAULT now(),
-    -- One conversation, one Hermes session.
+    -- One conversation, one Hermes session (registered on one site only: see agent_sessions).
     UNIQUE (site_id, session_id),
+    UNIQUE (profile_id, session_id),
     FOREIGN KEY (site_id, session_id) REFERENCES querylayer.agent_sessions (site_id, session_id) ON DELETE RESTRICT
 );
 SELECT querylayer.isolate_by_site('querylayer.console_conversations'::regclass);
@@ -51,13 +56,17 @@ CREATE TABLE querylayer.console_turns (
     ended_at               timestamptz,
     outcome                text,
     failure_reason         text,
-    result                 jsonb
+    result                 jsonb,
+    -- Automatic retries spent on this turn, across every step and plan version; a member's
+    -- re-open restores them.
+    retries_used           integer NOT NULL DEFAULT 0 CHECK (retries_used BETWEEN 0 AND 2)
 );
 CREATE INDEX console_turns_queue ON querylayer.console_turns (site_id, state, created_at);
 SELECT querylayer.isolate_by_site('querylayer.console_turns'::regclass);
 
 -- A turn moves forward only: queued → claimed → completed | failed; queued | claimed → cancelled
--- or failed (closed). Its request and origin never change.
+-- or failed (closed); failed | cancelled → queued only when a member re-opens it. Its request and
+-- origin never change, and its retry budget only shrinks until a member re-opens it.
 CREATE FUNCTION querylayer.console_turns_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -68,11 +77,20 @@ BEGIN
        IS DISTINCT FROM (OLD.id, OLD.site_id, OLD.conversation_id, OLD.request, OLD.created_by, OLD.created_at) THEN
         RAISE EXCEPTION 'a turn''s request is immutable' USING ERRCODE = 'QL423';
     END IF;
+    IF OLD.state IN ('failed', 'cancelled') AND NEW.state = 'queued' THEN
+        IF querylayer.ctx_kind() IS DISTINCT FROM 'member' THEN
+            RAISE EXCEPTION 'only a member re-opens a % turn', OLD.state USING ERRCODE = 'QL403';
+        END IF;
+        RETURN NEW;
+    END IF;
     IF NOT ((OLD.state = 'queued' AND NEW.state IN ('claimed', 'failed', 'cancelled'))
          OR (OLD.state = 'claimed' AND NEW.state IN ('completed', 'failed', 'cancelled'))
          OR (OLD.state = NEW.state AND OLD.state = 'claimed'
              AND NEW.claimed_connection_id IS NOT DISTINCT FROM OLD.claimed_connection_id)) THEN
         RAISE EXCEPTION 'a turn cannot go from % to %', OLD.state, NEW.state USING ERRCODE = 'QL422';
+    END IF;
+    IF NEW.retries_used < OLD.retries_used THEN
+        RAISE EXCEPTION 'a turn''s retry budget is restored only when a member re-opens it' USING ERRCODE = 'QL423';
     END IF;
     IF OLD.state = 'claimed' AND NEW.claimed_connection_id IS DISTINCT FROM OLD.claimed_connection_id THEN
         RAISE EXCEPTION 'a claimed turn stays with its claimant' USING ERRCODE = 'QL423';
@@ -180,9 +198,22 @@ CREATE TRIGGER task_steps_guard BEFORE INSERT OR UPDATE OR DELETE ON querylayer.
     FOR EACH ROW EXECUTE FUNCTION querylayer.task_steps_guard();
 ALTER TABLE querylayer.task_steps ENABLE ALWAYS TRIGGER task_steps_guard;
 
+-- A plan version starts only on a turn that its connection holds claimed: never on a turn that
+-- failed, was cancelled or completed (the turn row is locked, so a member's cancel and a new
+-- version cannot cross).
 CREATE FUNCTION querylayer.task_plans_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'INSERT' THEN
+        PERFORM 1 FROM querylayer.console_turns t
+          WHERE t.id = NEW.turn_id AND t.state = 'claimed' AND t.claimed_connection_id = NEW.connection_id
+            FOR SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'a plan starts only on a turn its connection holds claimed' USING ERRCODE = 'QL422',
+                HINT = 'a failed or cancelled turn takes no new plan until a member re-opens it';
+        END IF;
+        RETURN NEW;
+    END IF;
     IF TG_OP = 'DELETE' THEN
         RAISE EXCEPTION 'task plans are never deleted' USING ERRCODE = 'QL423';
     END IF;
@@ -198,7 +229,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER task_plans_guard BEFORE UPDATE OR DELETE ON querylayer.task_plans
+CREATE TRIGGER task_plans_guard BEFORE INSERT OR UPDATE OR DELETE ON querylayer.task_plans
     FOR EACH ROW EXECUTE FUNCTION querylayer.task_plans_guard();
 ALTER TABLE querylayer.task_plans ENABLE ALWAYS TRIGGER task_plans_guard;
 
@@ -232,7 +263,7 @@ BEGIN
     SELECT jsonb_build_object(
         'turn_id', t.id, 'conversation_id', t.conversation_id, 'request', t.request, 'state', t.state,
         'created_at', t.created_at, 'claimed_at', t.claimed_at, 'ended_at', t.ended_at, 'outcome', t.outcome,
-        'failure_reason', t.failure_reason, 'result', t.result,
+        'failure_reason', t.failure_reason, 'result', t.result, 'retries_left', 2 - t.retries_used,
         'session_id', c.session_id, 'profile_id', c.profile_id, 'conversation_title', c.title)
       FROM querylayer.console_turns t JOIN querylayer.console_conversations c ON c.id = t.conversation_id
      WHERE t.id = p_turn_id);
@@ -257,17 +288,197 @@ BEGIN
 END
 $$;
 
--- Fails a plan closed: the reason is stored, every step that has not finished is cancelled.
+-- Fails a turn closed (when it is still claimed), with its reason.
+CREATE FUNCTION querylayer.fail_turn(p_turn_id uuid, p_reason text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE querylayer.console_turns SET state = 'failed', ended_at = now(), outcome = 'failed', failure_reason = p_reason
+     WHERE id = p_turn_id AND state = 'claimed';
+    IF FOUND THEN
+        PERFORM querylayer.audit('turn.fail_closed'::text, p_turn_id::text, jsonb_build_object('reason', p_reason));
+    END IF;
+END
+$$;
+
+-- Fails a plan closed: the reason is stored, every step that has not finished is cancelled, and
+-- the turn fails with it (the retry budget is the turn's: a new plan version cannot restore it;
+-- a member may re-open the turn).
 CREATE FUNCTION querylayer.fail_plan(p_plan_id uuid, p_reason text) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_turn uuid;
 BEGIN
     UPDATE querylayer.task_steps SET state = 'cancelled', failure_reason = coalesce(failure_reason, 'the plan failed: ' || p_reason)
      WHERE plan_id = p_plan_id AND state IN ('pending', 'running', 'awaiting_approval');
     UPDATE querylayer.task_plans SET state = 'failed', ended_at = now(), failure_reason = p_reason
-     WHERE id = p_plan_id AND state = 'active';
-    PERFORM querylayer.audit('plan.fail'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
+     WHERE id = p_plan_id AND state = 'active'
+    RETURNING turn_id INTO v_turn;
+    IF v_turn IS NOT NULL THEN
+        PERFORM querylayer.audit('plan.fail'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
+        PERFORM querylayer.fail_turn(v_turn, p_reason);
+    END IF;
 END
 $$;
+
+-- Ends a turn on a member's word: the turn is cancelled with the reason, its active plan and
+-- every unfinished step with it. Nothing more is accepted for it until a member re-opens it.
+CREATE FUNCTION querylayer.cancel_turn(p_turn_id uuid, p_reason text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_plan querylayer.task_plans;
+BEGIN
+    v_plan := querylayer.current_plan(p_turn_id);
+    IF v_plan.state = 'active' THEN
+        UPDATE querylayer.task_steps SET state = 'cancelled', failure_reason = p_reason
+         WHERE plan_id = v_plan.id AND state IN ('pending', 'running', 'awaiting_approval');
+        UPDATE querylayer.task_plans SET state = 'cancelled', ended_at = now(), failure_reason = p_reason
+         WHERE id = v_plan.id;
+        PERFORM querylayer.audit('plan.cancel'::text, v_plan.id::text, jsonb_build_object('reason', p_reason));
+    END IF;
+    UPDATE querylayer.console_turns SET state = 'cancelled', ended_at = now(), outcome = 'cancelled', failure_reason = p_reason
+     WHERE id = p_turn_id AND state IN ('queued', 'claimed');
+    PERFORM querylayer.audit('turn.cancel'::text, p_turn_id::text, jsonb_build_object('reason', p_reason));
+END
+$$;
+
+-- Why a claimed turn's task can no longer run, or NULL: the binding it was claimed under (the
+-- connection: not revoked, not expired, its agent still holding runs:write on the site), the
+-- conversation's profile and session, and (with p_steps) the scopes that the unfinished steps of
+-- its active plan need. With the reason, the step that can never run, when one is to blame.
+CREATE FUNCTION querylayer.task_binding_problem(p_turn querylayer.console_turns, p_steps boolean DEFAULT true,
+                                                OUT reason text, OUT step_id uuid, OUT step_reason text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_conn  querylayer.connections;
+    v_conv  querylayer.console_conversations;
+    v_plan  querylayer.task_plans;
+    v_step  record;
+BEGIN
+    SELECT * INTO v_conv FROM querylayer.console_conversations WHERE id = p_turn.conversation_id;
+    reason := querylayer.conversation_problem(v_conv);
+    IF reason IS NOT NULL OR p_turn.state <> 'claimed' THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_conn FROM querylayer.connections WHERE id = p_turn.claimed_connection_id;
+    reason := CASE
+        WHEN v_conn.id IS NULL THEN 'the connection that claimed the turn is unknown'
+        WHEN v_conn.revoked_at IS NOT NULL THEN
+            format('connection %s was revoked%s', quote_literal(v_conn.name), coalesce(': ' || v_conn.revoked_reason, ''))
+        WHEN v_conn.expires_at <= now() THEN
+            format('connection %s expired at %s', quote_literal(v_conn.name), v_conn.expires_at)
+        WHEN NOT EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
+                          WHERE p.site_id = v_conn.site_id AND p.agent_id = v_conn.agent_id AND p.scope = 'runs:write')
+             OR NOT 'runs:write' = ANY (v_conn.scopes) THEN
+            'the connection no longer holds runs:write'
+        END;
+    IF reason IS NOT NULL OR NOT p_steps THEN
+        RETURN;
+    END IF;
+    v_plan := querylayer.current_plan(p_turn.id);
+    IF v_plan.state IS DISTINCT FROM 'active' THEN
+        RETURN;
+    END IF;
+    SELECT s.id, s.key, o.required_scope INTO v_step
+      FROM querylayer.task_steps s JOIN querylayer.task_operations o ON o.operation = s.operation
+     WHERE s.plan_id = v_plan.id AND s.state IN ('pending', 'running')
+       AND NOT (o.required_scope = ANY (v_conn.scopes) AND EXISTS (
+                SELECT 1 FROM querylayer.agent_site_permissions p
+                 WHERE p.site_id = v_conn.site_id AND p.agent_id = v_conn.agent_id AND p.scope = o.required_scope))
+     ORDER BY s.ordinal LIMIT 1;
+    IF FOUND THEN
+        reason := format('step %s needs %s, which the connection no longer holds', v_step.key, v_step.required_scope);
+        step_id := v_step.id;
+        step_reason := format('the connection no longer holds %s', v_step.required_scope);
+    END IF;
+END
+$$;
+
+-- Fails closed, with its reason, every task of a site (of one agent, when given) whose
+-- binding went: claimed turns and their active plans, and — with p_queued — queued turns whose
+-- profile or session no longer holds. p_wait: wait for turns that a call holds locked (the
+-- revoking transaction must not miss one); otherwise they are left to that call and the next
+-- pass. Returns [{turn_id, reason}].
+CREATE FUNCTION querylayer.fail_unbound_tasks(p_site_id uuid, p_agent_id uuid, p_wait boolean, p_queued boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_turn    querylayer.console_turns;
+    v_problem record;
+    v_plan    querylayer.task_plans;
+    v_closed  jsonb := '[]';
+BEGIN
+    FOR v_turn IN
+        SELECT t.* FROM querylayer.console_turns t
+          JOIN querylayer.console_conversations c ON c.id = t.conversation_id
+         WHERE t.site_id = p_site_id
+           AND (t.state = 'claimed' OR (p_queued AND t.state = 'queued'))
+           AND (p_agent_id IS NULL OR c.agent_id = p_agent_id)
+         ORDER BY t.created_at, t.id
+    LOOP
+        -- Only a turn with a problem is locked (then looked at again: a call may have ended it).
+        CONTINUE WHEN (querylayer.task_binding_problem(v_turn)).reason IS NULL;
+        IF p_wait THEN
+            SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = v_turn.id FOR UPDATE;
+        ELSE
+            SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = v_turn.id FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+        END IF;
+        CONTINUE WHEN v_turn.state NOT IN ('claimed', 'queued');
+        v_problem := querylayer.task_binding_problem(v_turn);
+        CONTINUE WHEN v_problem.reason IS NULL;
+        v_plan := querylayer.current_plan(v_turn.id);
+        IF v_problem.step_id IS NOT NULL THEN
+            UPDATE querylayer.task_steps SET state = 'failed', failure_reason = v_problem.step_reason
+             WHERE id = v_problem.step_id AND state IN ('pending', 'running');
+        END IF;
+        IF v_plan.state = 'active' THEN
+            PERFORM querylayer.fail_plan(v_plan.id, v_problem.reason);
+        END IF;
+        IF v_turn.state = 'queued' THEN
+            UPDATE querylayer.console_turns SET state = 'failed', ended_at = now(), outcome = 'failed',
+                   failure_reason = v_problem.reason
+             WHERE id = v_turn.id;
+            PERFORM querylayer.audit('turn.fail_closed'::text, v_turn.id::text, jsonb_build_object('reason', v_problem.reason));
+        ELSE
+            PERFORM querylayer.fail_turn(v_turn.id, v_problem.reason);
+        END IF;
+        v_closed := v_closed || jsonb_build_object('turn_id', v_turn.id, 'reason', v_problem.reason);
+    END LOOP;
+    RETURN v_closed;
+END
+$$;
+
+-- When a binding goes — a connection is revoked, a permission removed, a session ended — the
+-- tasks bound to it fail closed in that very transaction, whoever made the change.
+CREATE FUNCTION querylayer.fail_tasks_on_unbinding() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row  jsonb := to_jsonb(CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END);
+    v_site uuid := (v_row->>'site_id')::uuid;
+    v_prev uuid := querylayer.ctx_site_id();
+BEGIN
+    -- An operator acting for another site (or for none) acts for this row's site meanwhile.
+    IF querylayer.ctx_is_operator() AND v_prev IS DISTINCT FROM v_site THEN
+        PERFORM querylayer.enter_operator(v_site);
+    END IF;
+    PERFORM querylayer.fail_unbound_tasks(v_site, (v_row->>'agent_id')::uuid, true);
+    IF querylayer.ctx_is_operator() AND v_prev IS DISTINCT FROM v_site THEN
+        PERFORM querylayer.enter_operator(v_prev);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER fail_tasks_on_revocation AFTER UPDATE OF revoked_at ON querylayer.connections
+    FOR EACH ROW WHEN (OLD.revoked_at IS NULL AND NEW.revoked_at IS NOT NULL)
+    EXECUTE FUNCTION querylayer.fail_tasks_on_unbinding();
+ALTER TABLE querylayer.connections ENABLE ALWAYS TRIGGER fail_tasks_on_revocation;
+CREATE TRIGGER fail_tasks_on_permission_removal AFTER DELETE ON querylayer.agent_site_permissions
+    FOR EACH ROW EXECUTE FUNCTION querylayer.fail_tasks_on_unbinding();
+ALTER TABLE querylayer.agent_site_permissions ENABLE ALWAYS TRIGGER fail_tasks_on_permission_removal;
+CREATE TRIGGER fail_tasks_on_session_end AFTER UPDATE OF ended_at ON querylayer.agent_sessions
+    FOR EACH ROW WHEN (OLD.ended_at IS NULL AND NEW.ended_at IS NOT NULL)
+    EXECUTE FUNCTION querylayer.fail_tasks_on_unbinding();
+ALTER TABLE querylayer.agent_sessions ENABLE ALWAYS TRIGGER fail_tasks_on_session_end;
 
 -- Advances steps that wait on a human decision: an applied or approved proposal completes the
 -- step; a rejected or failed one fails it (a human said no: no automatic retry).
@@ -368,7 +579,9 @@ BEGIN
         RAISE EXCEPTION 'turn % was not claimed by this connection', p_turn_id USING ERRCODE = 'QL403';
     END IF;
     IF v.state <> 'claimed' THEN
-        RAISE EXCEPTION 'turn % is %', p_turn_id, v.state USING ERRCODE = 'QL422';
+        RAISE EXCEPTION 'turn % is %; nothing more is accepted for it', p_turn_id,
+            v.state || coalesce(' (' || v.failure_reason || ')', '') USING ERRCODE = 'QL422',
+            HINT = CASE WHEN v.state IN ('failed', 'cancelled') THEN 'a member may re-open the turn' END;
     END IF;
     RETURN v;
 END
@@ -403,14 +616,24 @@ DECLARE
 BEGIN
     PERFORM querylayer.require_connection('runs:write'::text);
     IF p_turn_id IS NOT NULL THEN
+        SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = p_turn_id FOR UPDATE;
+        IF FOUND AND v_turn.claimed_connection_id = querylayer.ctx_connection_id()
+           AND v_turn.state IN ('completed', 'failed', 'cancelled') THEN
+            -- The turn ended (failed closed, or a member cancelled it): say so, hand out nothing.
+            RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id), 'status', v_turn.state, 'step', NULL,
+                'reason', v_turn.failure_reason, 'plan', querylayer.plan_json((querylayer.current_plan(v_turn.id)).id));
+        END IF;
         v_turn := querylayer.claimed_turn(p_turn_id);
         v_plan := querylayer.current_plan(v_turn.id);
-        IF v_plan.id IS NULL THEN
+        IF v_plan.id IS NULL OR v_plan.state IN ('failed', 'cancelled') THEN
             RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id), 'plan', NULL, 'status', 'needs_plan',
                 'hint', 'create a task plan for this turn with querylayer_create_task_plan');
         END IF;
         RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id)) || querylayer.next_step(v_plan.id, p_session_id);
     END IF;
+    -- The next touch: this agent's turns stranded by a binding that went (a connection that
+    -- expired, say) fail closed now, and are listed under `closed`.
+    v_closed := querylayer.fail_unbound_tasks(querylayer.ctx_site_id(), querylayer.ctx_agent_id(), false);
     LOOP
         SELECT t.* INTO v_turn
           FROM querylayer.console_turns t
@@ -489,6 +712,14 @@ BEGIN
             RAISE EXCEPTION 'steps[%].operation must be one of %', v_n,
                 (SELECT string_agg(operation, ', ' ORDER BY operation) FROM querylayer.task_operations) USING ERRCODE = '22023';
         END IF;
+        -- A step this connection could never run is not planned (the scheduler checks again
+        -- when it hands the step out, and the task fails closed if the permission goes).
+        SELECT required_scope INTO v_bad FROM querylayer.task_operations
+         WHERE operation = v_step->>'operation' AND NOT required_scope = ANY (querylayer.ctx_scopes());
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION 'steps[%] (%) needs %, which this connection does not hold', v_n, v_step->>'operation', v_bad
+                USING ERRCODE = 'QL403';
+        END IF;
         IF jsonb_typeof(v_step->'instructions') IS DISTINCT FROM 'string' OR length(v_step->>'instructions') NOT BETWEEN 1 AND 4000 THEN
             RAISE EXCEPTION 'steps[%].instructions: 1 to 4000 characters are required', v_n USING ERRCODE = '22023';
         END IF;
@@ -538,10 +769,11 @@ END
 $$;
 
 -- Completes work. With p_step_id: reports the running step (succeeded, or failed — retried
--- automatically at most twice, then the step and the plan fail and dependents never start; a
--- proposal-producing step must name its proposal and then waits for the human decision) and
--- returns the next step. Without: completes the claimed turn with a result referencing runs and
--- proposals.
+-- automatically while the turn has retries left, two in all across its steps and plan versions;
+-- then the step, the plan and the turn fail and dependents never start; a proposal-producing
+-- step must name its proposal and then waits for the human decision) and returns the next step.
+-- A report whose task lost its binding (its session ended, say) is refused. Without p_step_id:
+-- completes the claimed turn with a result referencing runs and proposals.
 CREATE FUNCTION querylayer_api.complete_console_task(
     p_turn_id uuid, p_outcome text, p_session_id text DEFAULT NULL, p_step_id uuid DEFAULT NULL,
     p_summary text DEFAULT NULL, p_run_ids uuid[] DEFAULT '{}', p_proposal_ids uuid[] DEFAULT '{}'
@@ -554,6 +786,7 @@ DECLARE
     v_ptype   text;
     v_prop    jsonb;
     v_bad     uuid;
+    v_problem record;
 BEGIN
     PERFORM querylayer.require_connection('runs:write'::text);
     v_turn := querylayer.claimed_turn(p_turn_id);
@@ -607,12 +840,21 @@ BEGIN
     IF v_step.state <> 'running' THEN
         RAISE EXCEPTION 'step % is %, not running; claim it first', v_step.key, v_step.state USING ERRCODE = 'QL422';
     END IF;
+    -- Work reported for a task whose binding went is not accepted: the task fails closed (here
+    -- the refusal rolls back, so the next claim or the worker's pass records it).
+    v_problem := querylayer.task_binding_problem(v_turn, false);
+    IF v_problem.reason IS NOT NULL THEN
+        RAISE EXCEPTION 'the report on step % is refused: %', v_step.key, v_problem.reason USING ERRCODE = 'QL422',
+            HINT = 'the task fails closed; a member may re-open the turn';
+    END IF;
     IF p_outcome = 'failed' THEN
-        IF v_step.retry_count < 2 THEN
+        IF v_turn.retries_used < 2 THEN
             UPDATE querylayer.task_steps SET state = 'pending', retry_count = retry_count + 1,
                    failure_reason = p_summary, run_id = coalesce(p_run_ids[1], run_id)
              WHERE id = v_step.id;
-            PERFORM querylayer.audit('step.retry'::text, v_step.id::text, jsonb_build_object('retry', v_step.retry_count + 1));
+            UPDATE querylayer.console_turns SET retries_used = retries_used + 1 WHERE id = v_turn.id;
+            PERFORM querylayer.audit('step.retry'::text, v_step.id::text,
+                jsonb_build_object('retry', v_step.retry_count + 1, 'turn_retries_left', 1 - v_turn.retries_used));
         ELSE
             UPDATE querylayer.task_steps SET state = 'failed', failure_reason = coalesce(p_summary, 'failed'),
                    run_id = coalesce(p_run_ids[1], run_id)
@@ -653,7 +895,8 @@ GRANT EXECUTE ON FUNCTION querylayer_api.claim_console_task, querylayer_api.crea
 CREATE FUNCTION querylayer_api.console_register_session(p_profile_id text, p_session_id text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_agent querylayer.agents;
+    v_agent    querylayer.agents;
+    v_existing querylayer.agent_sessions;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
     v_agent := querylayer.agent_by_profile_id(p_profile_id);
@@ -663,11 +906,25 @@ BEGIN
     IF p_session_id IS NULL OR p_session_id !~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$' THEN
         RAISE EXCEPTION 'session_id: letters, digits and ._:- (at most 128) are required' USING ERRCODE = '22023';
     END IF;
-    IF EXISTS (SELECT 1 FROM querylayer.agent_sessions WHERE site_id = querylayer.ctx_site_id() AND session_id = p_session_id) THEN
+    -- One stored session, one registration: concurrent registrations (on this site or any other)
+    -- insert it once; every other one is told where it stands. Another site's row is invisible
+    -- here, but its key is not.
+    INSERT INTO querylayer.agent_sessions (site_id, session_id, agent_id, profile_id, registered_by)
+    VALUES (querylayer.ctx_site_id(), p_session_id, v_agent.id, v_agent.profile_id, querylayer.ctx_member_id())
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT * INTO v_existing FROM querylayer.agent_sessions
+         WHERE site_id = querylayer.ctx_site_id() AND session_id = p_session_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'session % of profile % is registered on another site; one Hermes session has one conversation',
+                p_session_id, v_agent.profile_id USING ERRCODE = 'QL409',
+                HINT = 'open its conversation on the site that registered it; QueryLayer never opens a second one';
+        ELSIF v_existing.profile_id IS DISTINCT FROM v_agent.profile_id THEN
+            RAISE EXCEPTION 'session id % is already registered on this site, for profile %', p_session_id, v_existing.profile_id
+                USING ERRCODE = 'QL409';
+        END IF;
         RAISE EXCEPTION 'session % is already registered on this site', p_session_id USING ERRCODE = 'QL409';
     END IF;
-    INSERT INTO querylayer.agent_sessions (site_id, session_id, agent_id, profile_id, registered_by)
-    VALUES (querylayer.ctx_site_id(), p_session_id, v_agent.id, v_agent.profile_id, querylayer.ctx_member_id());
     PERFORM querylayer.audit('session.register'::text, p_session_id, jsonb_build_object('profile_id', p_profile_id));
     RETURN jsonb_build_object('session_id', p_session_id, 'profile_id', v_agent.profile_id, 'agent', v_agent.handle);
 END
@@ -706,13 +963,15 @@ BEGIN
         RAISE EXCEPTION 'session % belongs to profile %, not %', p_session_id, v_session.profile_id, coalesce(p_profile_id, 'NULL')
             USING ERRCODE = 'QL422';
     END IF;
-    IF EXISTS (SELECT 1 FROM querylayer.console_conversations WHERE site_id = querylayer.ctx_site_id() AND session_id = p_session_id) THEN
-        RAISE EXCEPTION 'session % already has its conversation', p_session_id USING ERRCODE = 'QL409';
-    END IF;
     INSERT INTO querylayer.console_conversations (site_id, agent_id, profile_id, session_id, title, opened_by)
     VALUES (querylayer.ctx_site_id(), v_session.agent_id, v_session.profile_id, p_session_id,
             coalesce(p_title, 'Conversation'), querylayer.ctx_member_id())
+    ON CONFLICT DO NOTHING
     RETURNING * INTO v_conv;
+    IF v_conv.id IS NULL THEN
+        RAISE EXCEPTION 'session % already has its conversation', p_session_id USING ERRCODE = 'QL409',
+            HINT = 'one Hermes session has one conversation; list conversations to find it';
+    END IF;
     v_problem := querylayer.conversation_problem(v_conv);
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION 'cannot open the conversation: %', v_problem USING ERRCODE = 'QL422';
@@ -773,18 +1032,57 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION querylayer_api.console_list_conversations() RETURNS jsonb
+-- Newest first; a page of p_limit conversations and the cursor of the next. Each carries its
+-- newest turns (at most 20, oldest of them first) and how many it has; all of them, page by
+-- page: console_list_turns.
+CREATE FUNCTION querylayer_api.console_list_conversations(p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('conversations'::text, p_cursor);
+    RETURN querylayer.page('conversations'::text, 'conversations'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(c.created_at), 'id', c.id, 'item', jsonb_build_object(
                 'conversation_id', c.id, 'title', c.title, 'session_id', c.session_id, 'profile_id', c.profile_id,
                 'agent', a.handle, 'profile_name', a.profile_name, 'created_at', c.created_at,
                 'problem', querylayer.conversation_problem(c),
-                'turns', (SELECT coalesce(jsonb_agg(querylayer.turn_json(t.id) ORDER BY t.created_at), '[]')
-                            FROM querylayer.console_turns t WHERE t.conversation_id = c.id)) ORDER BY c.created_at), '[]')
-              FROM querylayer.console_conversations c JOIN querylayer.agents a ON a.id = c.agent_id
-             WHERE c.site_id = querylayer.ctx_site_id());
+                'turn_count', (SELECT count(*) FROM querylayer.console_turns t WHERE t.conversation_id = c.id),
+                'turns', (SELECT coalesce(jsonb_agg(querylayer.turn_json(t.id) ORDER BY t.created_at, t.id), '[]')
+                            FROM (SELECT * FROM querylayer.console_turns t WHERE t.conversation_id = c.id
+                                   ORDER BY t.created_at DESC, t.id DESC LIMIT 20) t)))
+               ORDER BY c.created_at DESC, c.id DESC)
+          FROM (SELECT * FROM querylayer.console_conversations x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at DESC, x.id DESC LIMIT p_limit + 1) c
+          JOIN querylayer.agents a ON a.id = c.agent_id));
+END
+$$;
+
+-- A conversation's turns, oldest first; a page of p_limit and the cursor of the next.
+CREATE FUNCTION querylayer_api.console_list_turns(p_conversation_id uuid, p_limit integer DEFAULT 50,
+                                                  p_cursor text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('turns'::text, p_cursor);
+    IF NOT EXISTS (SELECT 1 FROM querylayer.console_conversations WHERE id = p_conversation_id) THEN
+        RAISE EXCEPTION 'no conversation % on this site', p_conversation_id USING ERRCODE = 'QL404';
+    END IF;
+    RETURN querylayer.page('turns'::text, 'turns'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', querylayer.turn_json(t.id), 'key', querylayer.page_key(t.created_at),
+                                            'id', t.id) ORDER BY t.created_at, t.id)
+          FROM (SELECT * FROM querylayer.console_turns x
+                 WHERE x.conversation_id = p_conversation_id
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) > (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at, x.id LIMIT p_limit + 1) t));
 END
 $$;
 
@@ -812,23 +1110,106 @@ BEGIN
 END
 $$;
 
+-- A member's cancel ends the turn: the plan, its unfinished steps and the turn are cancelled
+-- with the reason, and no new plan version may start on the turn (until a member re-opens it).
 CREATE FUNCTION querylayer_api.console_cancel_plan(p_plan_id uuid, p_reason text DEFAULT 'cancelled by a member') RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_plan querylayer.task_plans;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
-    UPDATE querylayer.task_steps SET state = 'cancelled', failure_reason = p_reason
-     WHERE plan_id = p_plan_id AND state IN ('pending', 'running', 'awaiting_approval');
-    UPDATE querylayer.task_plans SET state = 'cancelled', ended_at = now(), failure_reason = p_reason
-     WHERE id = p_plan_id AND state = 'active';
-    IF NOT FOUND THEN
+    SELECT * INTO v_plan FROM querylayer.task_plans WHERE id = p_plan_id;
+    IF FOUND THEN
+        -- The turn first, as every writer of a task does, so a harness's call and this cancel queue.
+        PERFORM 1 FROM querylayer.console_turns WHERE id = v_plan.turn_id FOR UPDATE;
+        SELECT * INTO v_plan FROM querylayer.task_plans WHERE id = p_plan_id;
+    END IF;
+    IF v_plan.state IS DISTINCT FROM 'active' THEN
         RAISE EXCEPTION 'no active plan % on this site', p_plan_id USING ERRCODE = 'QL404';
     END IF;
-    PERFORM querylayer.audit('plan.cancel'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
+    PERFORM querylayer.cancel_turn(v_plan.turn_id, coalesce(p_reason, 'cancelled by a member'));
     RETURN querylayer.plan_json(p_plan_id);
+END
+$$;
+
+-- Cancels a queued or claimed turn (and its active plan, if any).
+CREATE FUNCTION querylayer_api.console_cancel_turn(p_turn_id uuid, p_reason text DEFAULT 'cancelled by a member') RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_turn querylayer.console_turns;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
+    SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = p_turn_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no console turn % on this site', p_turn_id USING ERRCODE = 'QL404';
+    END IF;
+    IF v_turn.state NOT IN ('queued', 'claimed') THEN
+        RAISE EXCEPTION 'turn % is already %', p_turn_id, v_turn.state USING ERRCODE = 'QL422';
+    END IF;
+    PERFORM querylayer.cancel_turn(v_turn.id, coalesce(p_reason, 'cancelled by a member'));
+    RETURN querylayer.turn_json(v_turn.id);
+END
+$$;
+
+-- A member re-opens a failed or cancelled turn: it is queued again (any harness of the agent may
+-- claim it and plan anew) with its two automatic retries restored. Refused while the
+-- conversation's profile or session does not hold.
+CREATE FUNCTION querylayer_api.console_reopen_turn(p_turn_id uuid, p_note text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_turn    querylayer.console_turns;
+    v_conv    querylayer.console_conversations;
+    v_problem text;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
+    IF p_note IS NOT NULL AND length(p_note) > 4000 THEN
+        RAISE EXCEPTION 'note: at most 4000 characters' USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = p_turn_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no console turn % on this site', p_turn_id USING ERRCODE = 'QL404';
+    END IF;
+    IF v_turn.state NOT IN ('failed', 'cancelled') THEN
+        RAISE EXCEPTION 'turn % is %; only a failed or cancelled turn is re-opened', p_turn_id, v_turn.state
+            USING ERRCODE = 'QL422';
+    END IF;
+    SELECT * INTO v_conv FROM querylayer.console_conversations WHERE id = v_turn.conversation_id;
+    v_problem := querylayer.conversation_problem(v_conv);
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION 'turn % cannot be re-opened: %', p_turn_id, v_problem USING ERRCODE = 'QL422';
+    END IF;
+    UPDATE querylayer.console_turns
+       SET state = 'queued', claimed_connection_id = NULL, claimed_session_id = NULL, claimed_at = NULL,
+           ended_at = NULL, outcome = NULL, failure_reason = NULL, result = NULL, retries_used = 0
+     WHERE id = v_turn.id;
+    PERFORM querylayer.audit('turn.reopen'::text, v_turn.id::text,
+        jsonb_build_object('was', v_turn.state, 'reason', v_turn.failure_reason, 'note', p_note));
+    RETURN querylayer.turn_json(v_turn.id);
 END
 $$;
 
 GRANT EXECUTE ON FUNCTION querylayer_api.console_register_session, querylayer_api.console_end_session,
     querylayer_api.console_open_conversation, querylayer_api.console_add_turn, querylayer_api.console_conversation_link,
-    querylayer_api.console_list_conversations, querylayer_api.console_get_turn, querylayer_api.console_cancel_plan
+    querylayer_api.console_list_conversations, querylayer_api.console_list_turns, querylayer_api.console_get_turn,
+    querylayer_api.console_cancel_plan, querylayer_api.console_cancel_turn, querylayer_api.console_reopen_turn
     TO querylayer_edge;
+
+-- The worker's pass (querylayer_worker): on every site, tasks whose binding went while nobody
+-- touched them — a connection that expired, a session or profile gone — fail closed with their
+-- reason. Turns a call holds right now are left to that call and the next pass.
+CREATE FUNCTION querylayer_api.worker_fail_unbound_tasks() RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site   uuid;
+    v_closed jsonb := '[]';
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    FOR v_site IN SELECT id FROM querylayer.sites ORDER BY id LOOP
+        PERFORM querylayer.enter_operator(v_site);
+        v_closed := v_closed || querylayer.fail_unbound_tasks(v_site, NULL::uuid, false, true);
+    END LOOP;
+    RETURN jsonb_build_object('closed', v_closed);
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION querylayer_api.worker_fail_unbound_tasks TO querylayer_worker;

@@ -267,41 +267,53 @@ $$;
 -- -------------------------------------------------------------------------------------------
 -- The callable surface.
 
-CREATE FUNCTION querylayer_api.list_topical_map() RETURNS jsonb
+-- Topics by slug; a page of p_limit and the cursor of the next. Each topic carries the pages
+-- that serve it.
+CREATE FUNCTION querylayer_api.list_topical_map(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('topical-map:read'::text);
-    RETURN jsonb_build_object('topics', (
-        SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('topics'::text, p_cursor);
+    RETURN querylayer.page('topics'::text, 'topics'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', t.slug, 'id', t.id, 'item', jsonb_build_object(
                    'topic_id', t.id, 'slug', t.slug, 'title', t.title,
                    'parent', (SELECT p.slug FROM querylayer.topics p WHERE p.id = t.parent_id),
                    'pages', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                                  'content_id', tp.content_id, 'slug', ci.slug, 'role', tp.role,
                                  'state', querylayer.content_state(ci)) ORDER BY tp.role, ci.slug), '[]')
                                FROM querylayer.topic_pages tp JOIN querylayer.content_items ci ON ci.id = tp.content_id
-                              WHERE tp.topic_id = t.id)) ORDER BY t.slug), '[]')
-          FROM querylayer.topics t WHERE t.site_id = querylayer.ctx_site_id()));
+                              WHERE tp.topic_id = t.id))) ORDER BY t.slug, t.id)
+          FROM (SELECT * FROM querylayer.topics x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL OR (x.slug, x.id) > (v_after.after_key, v_after.after_id))
+                 ORDER BY x.slug, x.id LIMIT p_limit + 1) t));
 END
 $$;
-
 -- The opportunity queue with provenance and reconciliation state against the map:
 -- new (no such topic), matched (the topic exists), proposed (in a pending proposal),
 -- accepted or rejected (decided).
-CREATE FUNCTION querylayer_api.list_topical_strategy_opportunities(p_state text DEFAULT NULL, p_limit integer DEFAULT 100)
+CREATE FUNCTION querylayer_api.list_topical_strategy_opportunities(p_state text DEFAULT NULL, p_limit integer DEFAULT 100,
+                                                                   p_cursor text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('topical-map:read'::text);
     IF p_state IS NOT NULL AND p_state NOT IN ('new', 'matched', 'proposed', 'accepted', 'rejected') THEN
         RAISE EXCEPTION 'state must be new, matched, proposed, accepted or rejected' USING ERRCODE = '22023';
     END IF;
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('opportunities'::text, p_cursor);
     RETURN jsonb_build_object(
-        'note', 'Imported planning inputs with provenance. Signals are the source''s own estimates, not measured search performance.',
-        'opportunities', (SELECT coalesce(jsonb_agg(o ORDER BY o->>'imported_at', o->>'opportunity_id'), '[]') FROM (
-            SELECT jsonb_build_object(
+        'note', 'Imported planning inputs with provenance. Signals are the source''s own estimates, not measured search performance.')
+        || querylayer.page('opportunities'::text, 'opportunities'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', q.o, 'key', querylayer.page_key(q.imported_at), 'id', q.id)
+                         ORDER BY q.imported_at, q.id) FROM (
+            SELECT s.id, b.imported_at, jsonb_build_object(
                 'opportunity_id', s.id, 'external_id', s.external_id, 'topic', s.topic_slug, 'title', s.title,
                 'rationale', s.rationale, 'planning_signals', s.signals,
                 'provenance', jsonb_build_object('source', b.source, 'import_batch_id', b.id, 'imported_at', b.imported_at),
@@ -324,10 +336,12 @@ BEGIN
                               ORDER BY p.created_at DESC LIMIT 1)) AS pj) x) r
              WHERE s.site_id = querylayer.ctx_site_id()
                AND (p_state IS NULL OR r.state = p_state)
-             LIMIT p_limit) q));
+               AND (v_after.after_id IS NULL
+                    OR (b.imported_at, s.id) > (v_after.after_key::timestamptz, v_after.after_id))
+             ORDER BY b.imported_at, s.id
+             LIMIT p_limit + 1) q));
 END
 $$;
-
 -- Turns selected opportunities into one typed topical_map proposal (new topics and planned
 -- pages). The map itself does not change until a member approves.
 CREATE FUNCTION querylayer_api.propose_topical_strategy_opportunities(p_run_id uuid, p_opportunity_ids uuid[], p_summary text DEFAULT NULL)
@@ -362,24 +376,30 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION querylayer_api.list_content_briefs(p_limit integer DEFAULT 50) RETURNS jsonb
+-- Newest first; a page of p_limit and the cursor of the next.
+CREATE FUNCTION querylayer_api.list_content_briefs(p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('briefs'::text, p_cursor);
+    RETURN querylayer.page('briefs'::text, 'briefs'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(b.created_at), 'id', b.id, 'item', jsonb_build_object(
                 'brief_id', b.id, 'topic', b.topic_slug, 'title', b.title, 'brief', b.brief,
                 'commissioned_by_proposal', b.proposal_id, 'created_at', b.created_at,
-                'record_sha256', encode(b.record_sha256, 'hex')) ORDER BY b.created_at DESC), '[]')
-              FROM (SELECT * FROM querylayer.content_briefs WHERE site_id = querylayer.ctx_site_id()
-                     ORDER BY created_at DESC LIMIT p_limit) b);
+                'record_sha256', encode(b.record_sha256, 'hex'))) ORDER BY b.created_at DESC, b.id DESC)
+          FROM (SELECT * FROM querylayer.content_briefs x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at DESC, x.id DESC LIMIT p_limit + 1) b));
 END
 $$;
-
 -- Submits contributor output for a brief as an inert create_content (or revision) card. It
--- cannot publish: only a publish_lifecycle approval can.
+-- cannot publish: only a publish_lifecycle approval can. The card cites a revision that a run of
+-- this connection wrote (check_payload): attribution cannot be borrowed.
 CREATE FUNCTION querylayer_api.propose_content_brief_draft(p_run_id uuid, p_brief_id uuid, p_content_id uuid, p_revision_id uuid,
                                                           p_summary text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

@@ -98,6 +98,10 @@ BEGIN
       INTO v_hashes, v_checks
       FROM jsonb_array_elements(p_records) WITH ORDINALITY AS x(r, o);
     v_sha := encode(sha256(convert_to(array_to_string(v_hashes, E'\n'), 'UTF8')), 'hex');
+    -- Identical stagings racing each other queue here, so the first stages the package and the
+    -- others find it: the same package for all, whatever the timing. (Not INSERT … ON CONFLICT:
+    -- the chain's insert trigger would advance the site's ledger for a row never stored.)
+    PERFORM pg_advisory_xact_lock(hashtextextended('querylayer.source_package:' || querylayer.ctx_site_id() || ':' || v_sha, 0));
     SELECT id INTO v_existing FROM querylayer.content_source_packages
      WHERE site_id = querylayer.ctx_site_id() AND package_sha256 = v_sha;
     IF FOUND THEN
@@ -127,34 +131,50 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION querylayer_api.list_content_source_packages(p_limit integer DEFAULT 50) RETURNS jsonb
+-- Newest first; a page of p_limit and the cursor of the next.
+CREATE FUNCTION querylayer_api.list_content_source_packages(p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('packages'::text, p_cursor);
+    RETURN querylayer.page('packages'::text, 'packages'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(p.staged_at), 'id', p.id, 'item', jsonb_build_object(
                 'package_id', p.id, 'name', p.name, 'source', p.source, 'package_sha256', p.package_sha256,
                 'record_count', p.record_count, 'invalid_count', p.invalid_count, 'warnings', p.warnings,
-                'staged_at', p.staged_at) ORDER BY p.staged_at DESC), '[]')
-              FROM (SELECT * FROM querylayer.content_source_packages WHERE site_id = querylayer.ctx_site_id()
-                     ORDER BY staged_at DESC LIMIT p_limit) p);
+                'staged_at', p.staged_at)) ORDER BY p.staged_at DESC, p.id DESC)
+          FROM (SELECT * FROM querylayer.content_source_packages x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (x.staged_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.staged_at DESC, x.id DESC LIMIT p_limit + 1) p));
 END
 $$;
 
-CREATE FUNCTION querylayer_api.list_content_source_records(p_package_id uuid, p_valid boolean DEFAULT NULL) RETURNS jsonb
+-- A package's records in staged order; a page of p_limit (at most a whole package) and the
+-- cursor of the next.
+CREATE FUNCTION querylayer_api.list_content_source_records(p_package_id uuid, p_valid boolean DEFAULT NULL,
+                                                          p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
+    PERFORM querylayer.page_limit(p_limit, 1000);
+    v_after := querylayer.page_after('records'::text, p_cursor);
     IF NOT EXISTS (SELECT 1 FROM querylayer.content_source_packages WHERE id = p_package_id) THEN
         RAISE EXCEPTION 'no source package % on this site', p_package_id USING ERRCODE = 'QL404';
     END IF;
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    RETURN querylayer.page('records'::text, 'records'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', r.ordinal::text, 'id', r.id, 'item', jsonb_build_object(
                 'record_id', r.id, 'package_id', r.package_id, 'ordinal', r.ordinal, 'record_sha256', r.record_sha256,
-                'record', r.record, 'valid', r.valid, 'problems', r.problems, 'warnings', r.warnings) ORDER BY r.ordinal), '[]')
-              FROM querylayer.content_source_records r
-             WHERE r.package_id = p_package_id AND (p_valid IS NULL OR r.valid = p_valid));
+                'record', r.record, 'valid', r.valid, 'problems', r.problems, 'warnings', r.warnings)) ORDER BY r.ordinal, r.id)
+          FROM (SELECT * FROM querylayer.content_source_records x
+                 WHERE x.package_id = p_package_id AND (p_valid IS NULL OR x.valid = p_valid)
+                   AND (v_after.after_id IS NULL OR (x.ordinal, x.id) > (v_after.after_key::integer, v_after.after_id))
+                 ORDER BY x.ordinal, x.id LIMIT p_limit + 1) r));
 END
 $$;
 

@@ -1,5 +1,6 @@
 -- Claim evidence and its re-verification. Agents attach evidence (source URL, quoted span,
--- retrieval time, content hash) to a claim in a draft revision. Each evidence gets due
+-- retrieval time, content hash) to a claim in a draft revision: the item's current draft, while
+-- it is not live (evidence supports a claim before a member decides on it, never after). Each evidence gets due
 -- re-verification jobs; `querylayer worker` fetches the source, and the database decides what
 -- the observation means, records the attempt, and opens one human review when the source
 -- changed or vanished. Agents see only target, due-job, attempt-status and open-review
@@ -83,8 +84,9 @@ CREATE FUNCTION querylayer_api.record_claim_evidence(
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_rev querylayer.content_revisions;
-    v_ev  querylayer.claim_evidence;
+    v_rev  querylayer.content_revisions;
+    v_item querylayer.content_items;
+    v_ev   querylayer.claim_evidence;
 BEGIN
     PERFORM querylayer.require_connection('content:write'::text);
     IF p_run_id IS NULL THEN
@@ -93,6 +95,18 @@ BEGIN
     SELECT * INTO v_rev FROM querylayer.content_revisions WHERE id = p_revision_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'revision_id: no revision % on this site', p_revision_id USING ERRCODE = 'QL404';
+    END IF;
+    -- A draft revision: the item's current draft, not live. The item is locked so that a publish
+    -- executing now cannot slip between this check and the insert.
+    SELECT * INTO v_item FROM querylayer.content_items WHERE id = v_rev.content_id FOR SHARE;
+    IF v_item.published_revision_id IS NOT DISTINCT FROM v_rev.id THEN
+        RAISE EXCEPTION 'revision_id: revision % is live; evidence is recorded for claims in a draft revision', p_revision_id
+            USING ERRCODE = 'QL422', HINT = 'write a new draft with querylayer_create_draft and record the evidence there';
+    END IF;
+    IF v_item.draft_revision_id IS DISTINCT FROM v_rev.id THEN
+        RAISE EXCEPTION 'revision_id: revision % is no longer the draft of item % (the draft is %)', p_revision_id,
+            v_item.id, v_item.draft_revision_id USING ERRCODE = 'QL422',
+            HINT = 'record evidence for claims in the current draft';
     END IF;
     IF p_claim IS NULL OR length(p_claim) NOT BETWEEN 1 AND 2000 THEN
         RAISE EXCEPTION 'claim: 1 to 2000 characters are required' USING ERRCODE = '22023';
@@ -129,27 +143,44 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION querylayer_api.list_evidence(p_content_id uuid DEFAULT NULL, p_revision_id uuid DEFAULT NULL) RETURNS jsonb
+-- Oldest first; a page of p_limit and the cursor of the next.
+CREATE FUNCTION querylayer_api.list_evidence(p_content_id uuid DEFAULT NULL, p_revision_id uuid DEFAULT NULL,
+                                            p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('evidence'::text, p_cursor);
+    RETURN querylayer.page('evidence'::text, 'evidence'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(e.created_at), 'id', e.id, 'item', jsonb_build_object(
                 'evidence_id', e.id, 'content_id', e.content_id, 'revision_id', e.revision_id, 'claim', e.claim,
                 'source_url', e.source_url, 'quoted_span', e.quoted_span, 'retrieved_at', e.retrieved_at,
-                'source_sha256', e.source_sha256, 'run_id', e.run_id, 'created_at', e.created_at) ORDER BY e.created_at), '[]')
-              FROM querylayer.claim_evidence e
-             WHERE e.site_id = querylayer.ctx_site_id()
-               AND (p_content_id IS NULL OR e.content_id = p_content_id)
-               AND (p_revision_id IS NULL OR e.revision_id = p_revision_id));
+                'source_sha256', e.source_sha256, 'run_id', e.run_id, 'created_at', e.created_at)) ORDER BY e.created_at, e.id)
+          FROM (SELECT * FROM querylayer.claim_evidence x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (p_content_id IS NULL OR x.content_id = p_content_id)
+                   AND (p_revision_id IS NULL OR x.revision_id = p_revision_id)
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) > (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at, x.id LIMIT p_limit + 1) e));
 END
 $$;
 
 -- Re-verification state, bounded to metadata: target, due job, last attempt status, open review.
-CREATE FUNCTION querylayer_api.list_evidence_reverification(p_content_id uuid DEFAULT NULL) RETURNS jsonb
+-- Oldest evidence first; a page of p_limit and the cursor of the next.
+CREATE FUNCTION querylayer_api.list_evidence_reverification(p_content_id uuid DEFAULT NULL, p_limit integer DEFAULT 100,
+                                                           p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('evidence_reverification'::text, p_cursor);
+    RETURN querylayer.page('evidence_reverification'::text, 'evidence'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(e.created_at), 'id', e.id, 'item', jsonb_build_object(
                 'target', jsonb_build_object('evidence_id', e.id, 'content_id', e.content_id, 'revision_id', e.revision_id,
                                              'source_url', e.source_url),
                 'due_job', (SELECT jsonb_build_object('job_id', j.id, 'due_at', j.due_at, 'state', j.state)
@@ -159,10 +190,13 @@ BEGIN
                                   ORDER BY a.attempted_at DESC LIMIT 1),
                 'attempts', (SELECT count(*) FROM querylayer.evidence_attempts a WHERE a.evidence_id = e.id),
                 'open_review', (SELECT jsonb_build_object('review_id', r.id, 'reason', r.reason, 'opened_at', r.opened_at)
-                                  FROM querylayer.evidence_reviews r WHERE r.evidence_id = e.id AND r.state = 'open'))
-                ORDER BY e.created_at), '[]')
-              FROM querylayer.claim_evidence e
-             WHERE e.site_id = querylayer.ctx_site_id() AND (p_content_id IS NULL OR e.content_id = p_content_id));
+                                  FROM querylayer.evidence_reviews r WHERE r.evidence_id = e.id AND r.state = 'open')))
+               ORDER BY e.created_at, e.id)
+          FROM (SELECT * FROM querylayer.claim_evidence x
+                 WHERE x.site_id = querylayer.ctx_site_id() AND (p_content_id IS NULL OR x.content_id = p_content_id)
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) > (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at, x.id LIMIT p_limit + 1) e));
 END
 $$;
 
@@ -276,24 +310,32 @@ END
 $$;
 
 -- Reviews with what was observed: for members, never for agents.
-CREATE FUNCTION querylayer_api.console_list_evidence_reviews(p_state text DEFAULT 'open') RETURNS jsonb
+CREATE FUNCTION querylayer_api.console_list_evidence_reviews(p_state text DEFAULT 'open', p_limit integer DEFAULT 50,
+                                                            p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('evidence_reviews'::text, p_cursor);
+    RETURN querylayer.page('evidence_reviews'::text, 'reviews'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(r.opened_at), 'id', r.id, 'item', jsonb_build_object(
                 'review_id', r.id, 'reason', r.reason, 'state', r.state, 'opened_at', r.opened_at,
                 'evidence', jsonb_build_object('evidence_id', e.id, 'claim', e.claim, 'source_url', e.source_url,
                                                'quoted_span', e.quoted_span, 'source_sha256', e.source_sha256),
                 'observed', jsonb_build_object('http_status', a.http_status, 'sha256', a.observed_sha256,
                                                'excerpt', a.observed_excerpt, 'attempted_at', a.attempted_at),
-                'reviewer_note', r.reviewer_note) ORDER BY r.opened_at), '[]')
-              FROM querylayer.evidence_reviews r
-              JOIN querylayer.claim_evidence e ON e.id = r.evidence_id
-              JOIN querylayer.evidence_attempts a ON a.id = r.attempt_id
-             WHERE r.site_id = querylayer.ctx_site_id() AND (p_state IS NULL OR r.state = p_state));
+                'reviewer_note', r.reviewer_note)) ORDER BY r.opened_at, r.id)
+          FROM (SELECT * FROM querylayer.evidence_reviews x
+                 WHERE x.site_id = querylayer.ctx_site_id() AND (p_state IS NULL OR x.state = p_state)
+                   AND (v_after.after_id IS NULL
+                        OR (x.opened_at, x.id) > (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.opened_at, x.id LIMIT p_limit + 1) r
+          JOIN querylayer.claim_evidence e ON e.id = r.evidence_id
+          JOIN querylayer.evidence_attempts a ON a.id = r.attempt_id));
 END
 $$;
-
 -- Operators (and tests) may bring a job forward.
 CREATE FUNCTION querylayer_api.make_evidence_jobs_due(p_site text) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

@@ -1,8 +1,10 @@
 -- Form screening: a site reports its form submissions' screening decisions. Agents get
 -- aggregate counts by day, form, decision and reason only (form_screening_metrics, site:read).
 -- Payloads, contact details, actors, network markers and raw signals never leave this file's
--- tables. Raw rejected events are purged after the retention window; the daily aggregates are
--- maintained on insert and never decremented, so they stay correct after the purge.
+-- tables. Raw rejected events are purged after the retention window
+-- (form_rejected_retention_days). The daily aggregates are maintained on insert and never
+-- decremented; rejected-event totals follow the retention window: they are reported only for
+-- the days the window still covers, whether or not the purge has run.
 
 CREATE TABLE querylayer.form_screening_events (
     id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -99,9 +101,20 @@ BEGIN
 END
 $$;
 
--- Aggregates only: by day, form, decision and reason.
+-- The first UTC day whose rejected events the retention window still covers (raw rejected
+-- events older than the window are purged; their day totals are no longer reported).
+CREATE FUNCTION querylayer.form_rejected_since() RETURNS date
+LANGUAGE sql STABLE AS $$
+    SELECT ((now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text))) AT TIME ZONE 'UTC')::date
+$$;
+
+-- Aggregates only: by day, form, decision and reason, for the last p_days UTC days (today
+-- included). Accepted and review totals cover those days; rejected totals only the days since
+-- `rejected_since`, the bounded retention window of raw rejected events.
 CREATE FUNCTION querylayer_api.form_screening_metrics(p_days integer DEFAULT 30, p_form text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_since date := querylayer.form_rejected_since();
 BEGIN
     PERFORM querylayer.require_principal('site:read'::text);
     IF p_days IS NULL OR p_days NOT BETWEEN 1 AND 366 THEN
@@ -110,12 +123,14 @@ BEGIN
     RETURN jsonb_build_object(
         'days', p_days,
         'rejected_raw_retention_days', querylayer.setting_int('form_rejected_retention_days'::text),
+        'rejected_since', v_since,
         'counts', (SELECT coalesce(jsonb_agg(jsonb_build_object('day', d.day, 'form', d.form_key, 'decision', d.decision,
                                                                'reason', d.reason, 'count', d.events)
                                              ORDER BY d.day, d.form_key, d.decision, d.reason), '[]')
                      FROM querylayer.form_screening_daily d
                     WHERE d.site_id = querylayer.ctx_site_id()
                       AND d.day > (now() AT TIME ZONE 'UTC')::date - p_days
+                      AND (d.decision <> 'rejected' OR d.day >= v_since)
                       AND (p_form IS NULL OR d.form_key = p_form)));
 END
 $$;

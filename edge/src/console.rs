@@ -42,8 +42,10 @@ pub fn router() -> Router<AppState> {
         .route("/api/console/sessions/{id}/end", post(end_session))
         .route("/api/console/conversations", get(list_conversations).post(open_conversation))
         .route("/api/console/conversations/{id}/link", get(conversation_link))
-        .route("/api/console/conversations/{id}/turns", post(add_turn))
+        .route("/api/console/conversations/{id}/turns", get(list_turns).post(add_turn))
         .route("/api/console/turns/{id}", get(get_turn))
+        .route("/api/console/turns/{id}/cancel", post(cancel_turn))
+        .route("/api/console/turns/{id}/reopen", post(reopen_turn))
         .route("/api/console/plans/{id}/cancel", post(cancel_plan))
         .route("/api/console/form-screening", post(report_form_screening))
         .route("/api/console/evidence-reviews", get(list_evidence_reviews))
@@ -250,9 +252,19 @@ struct ProposalFilter {
     /// `pending` (default), `approved`, `applied`, `failed`, `rejected`.
     state: Option<String>,
     limit: Option<i32>,
+    cursor: Option<String>,
 }
 
-/// `GET /api/console/proposals?state=pending&limit=50` → `{"proposals": [proposal with items]}`.
+/// A page of a list: `limit` and the `next_cursor` of the previous page (docs/edge.md).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Page {
+    limit: Option<i32>,
+    cursor: Option<String>,
+}
+
+/// `GET /api/console/proposals?state=pending&limit=50&cursor=…` → `{"proposals": [proposal with
+/// items], "next_cursor"}`.
 async fn list_proposals(
     State(state): State<AppState>,
     member: Member,
@@ -260,13 +272,13 @@ async fn list_proposals(
 ) -> Response {
     let call = (|| -> Result<Call, Error> {
         let f = query(filter)?;
-        let call = Call::new("console_list_proposals").opt("p_state", f.state).opt("p_limit", f.limit);
+        let call = Call::new("console_list_proposals")
+            .opt("p_state", f.state)
+            .opt("p_limit", f.limit)
+            .opt("p_cursor", f.cursor);
         Ok(call)
     })();
-    member.reply(
-        member.call(&state, call).await.map(|proposals| json!({ "proposals": proposals })),
-        StatusCode::OK,
-    )
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize, Default)]
@@ -319,11 +331,12 @@ async fn decide(
 #[serde(deny_unknown_fields)]
 struct RunFilter {
     limit: Option<i32>,
-    /// Only runs started before this instant (RFC 3339), for paging.
+    /// Only runs started before this instant (RFC 3339).
     before: Option<DateTime<Utc>>,
+    cursor: Option<String>,
 }
 
-/// `GET /api/console/runs?limit=50&before=…` → `{"runs": [run]}`.
+/// `GET /api/console/runs?limit=50&before=…&cursor=…` → `{"runs": [run], "next_cursor"}`.
 async fn list_runs(
     State(state): State<AppState>,
     member: Member,
@@ -331,10 +344,13 @@ async fn list_runs(
 ) -> Response {
     let call = (|| -> Result<Call, Error> {
         let f = query(filter)?;
-        let call = Call::new("list_runs").opt("p_limit", f.limit).opt("p_before", f.before);
+        let call = Call::new("list_runs")
+            .opt("p_limit", f.limit)
+            .opt("p_before", f.before)
+            .opt("p_cursor", f.cursor);
         Ok(call)
     })();
-    member.reply(member.call(&state, call).await.map(|runs| json!({ "runs": runs })), StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 /// `GET /api/console/runs/{id}` → the run with its outcome, events and artifacts.
@@ -366,13 +382,16 @@ async fn cancel_run(
     member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
-/// `GET /api/console/connections` → `{"connections": [...]}` (owner, admin; never a secret).
-async fn list_connections(State(state): State<AppState>, member: Member) -> Response {
-    let result = member
-        .call(&state, Ok(Call::new("console_list_connections")))
-        .await
-        .map(|connections| json!({ "connections": connections }));
-    member.reply(result, StatusCode::OK)
+/// `GET /api/console/connections?limit=…&cursor=…` → `{"connections": [...], "next_cursor"}`
+/// (owner, admin; never a secret).
+async fn list_connections(
+    State(state): State<AppState>,
+    member: Member,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Response {
+    let call = query(page)
+        .map(|p| Call::new("console_list_connections").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -412,7 +431,7 @@ async fn create_connection(State(state): State<AppState>, member: Member, body: 
         };
         Ok(call.opt("p_harness", c.harness).opt("p_did", c.did).opt("p_did_proof", c.did_proof))
     })();
-    respond(member.call(&state, call).await, StatusCode::CREATED)
+    member.reply(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 #[derive(Deserialize)]
@@ -500,13 +519,36 @@ async fn end_session(
     member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
-/// `GET /api/console/conversations` → `{"conversations": [conversation with turns and problem]}`.
-async fn list_conversations(State(state): State<AppState>, member: Member) -> Response {
-    let result = member
-        .call(&state, Ok(Call::new("console_list_conversations")))
-        .await
-        .map(|conversations| json!({ "conversations": conversations }));
-    member.reply(result, StatusCode::OK)
+/// `GET /api/console/conversations?limit=…&cursor=…` → `{"conversations": [conversation with its
+/// newest turns and problem], "next_cursor"}`.
+async fn list_conversations(
+    State(state): State<AppState>,
+    member: Member,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Response {
+    let call = query(page)
+        .map(|p| Call::new("console_list_conversations").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `GET /api/console/conversations/{id}/turns?limit=…&cursor=…` → `{"turns": [...], "next_cursor"}`,
+/// oldest first.
+async fn list_turns(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let p = query(page)?;
+        let call = Call::new("console_list_turns")
+            .arg("p_conversation_id", id)
+            .opt("p_limit", p.limit)
+            .opt("p_cursor", p.cursor);
+        Ok(call)
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]
@@ -581,7 +623,48 @@ async fn get_turn(
     member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
-/// `POST /api/console/plans/{id}/cancel` with `{"reason"?}` → the cancelled plan.
+/// `POST /api/console/turns/{id}/cancel` with `{"reason"?}` → the cancelled turn (its active
+/// plan is cancelled with it).
+async fn cancel_turn(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let body: ReasonBody = optional_body(&body)?;
+        let call = Call::new("console_cancel_turn").arg("p_turn_id", id).opt("p_reason", body.reason);
+        Ok(call)
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NoteBody {
+    note: Option<String>,
+}
+
+/// `POST /api/console/turns/{id}/reopen` with `{"note"?}` → the failed or cancelled turn, queued
+/// again with its automatic retries restored.
+async fn reopen_turn(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let body: NoteBody = optional_body(&body)?;
+        let call = Call::new("console_reopen_turn").arg("p_turn_id", id).opt("p_note", body.note);
+        Ok(call)
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `POST /api/console/plans/{id}/cancel` with `{"reason"?}` → the cancelled plan; the turn ends
+/// with it (cancelled: no new plan version may start on it).
 async fn cancel_plan(
     State(state): State<AppState>,
     member: Member,
@@ -622,10 +705,12 @@ async fn report_form_screening(State(state): State<AppState>, member: Member, bo
 struct ReviewFilter {
     /// `open` (default), `closed` or `all`.
     state: Option<String>,
+    limit: Option<i32>,
+    cursor: Option<String>,
 }
 
-/// `GET /api/console/evidence-reviews?state=open|closed|all` → `{"reviews": [...]}` with what the
-/// re-verification observed.
+/// `GET /api/console/evidence-reviews?state=open|closed|all&limit=…&cursor=…` → `{"reviews": [...],
+/// "next_cursor"}` with what the re-verification observed.
 async fn list_evidence_reviews(
     State(state): State<AppState>,
     member: Member,
@@ -638,9 +723,9 @@ async fn list_evidence_reviews(
             Some("all") => call.arg("p_state", None::<String>),
             _ => call.opt("p_state", f.state),
         };
-        Ok(call)
+        Ok(call.opt("p_limit", f.limit).opt("p_cursor", f.cursor))
     })();
-    member.reply(member.call(&state, call).await.map(|reviews| json!({ "reviews": reviews })), StatusCode::OK)
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize, Default)]

@@ -58,6 +58,19 @@ const SQLSTATE_CLASSES: &[(&str, &str, u16)] = &[
     ("57", "unavailable", 503),
 ];
 
+/// What an integrity violation (SQLSTATE class 23) means to a caller, without the internal
+/// constraint names of PostgreSQL's own message.
+fn integrity_message(sqlstate: &str) -> Option<&'static str> {
+    match sqlstate {
+        "23505" => Some("the request conflicts with an existing record (a concurrent request may have made it); read it again"),
+        "23503" => Some("the request refers to a record that does not exist, or one that others still refer to"),
+        "23502" => Some("a required value is missing"),
+        "23514" => Some("a value is outside what its field allows"),
+        s if s.starts_with("23") => Some("the request conflicts with the current state of a record"),
+        _ => None,
+    }
+}
+
 /// The key under which a tool error is repeated in the result's `_meta`.
 pub const TOOL_ERROR_META_KEY: &str = "querylayer/error";
 
@@ -201,6 +214,14 @@ impl Error {
             }
             return e;
         }
+        // PostgreSQL's own integrity messages name internal constraints and tables; the governed
+        // functions refuse with messages of their own, so one that reaches here says what
+        // happened in the caller's terms and keeps the constraint for the log.
+        if let Some(message) = integrity_message(sqlstate) {
+            let mut e = Error::new(status, code, message);
+            e.detail = Some(detail);
+            return e;
+        }
         let mut e = Error::new(status, code, db.message());
         e.hint = db.hint().map(str::to_string);
         e.detail = Some(detail);
@@ -333,6 +354,18 @@ mod tests {
         }
         let documented = doc.lines().filter(|l| l.starts_with("| `")).count();
         assert_eq!(documented, SQLSTATES.len(), "docs/errors.md and the SQLSTATE table disagree");
+    }
+
+    #[test]
+    fn integrity_violations_are_told_without_internal_names() {
+        for sqlstate in ["23505", "23503", "23502", "23514", "23P01", "23000"] {
+            let message = integrity_message(sqlstate).expect("every class 23 SQLSTATE has a message");
+            for internal in ["constraint", "_key", "_pkey", "violates", "relation"] {
+                assert!(!message.contains(internal), "{sqlstate}: {message}");
+            }
+        }
+        assert_eq!(integrity_message("22023"), None);
+        assert_eq!(integrity_message("QL409"), None);
     }
 
     #[test]

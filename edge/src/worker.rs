@@ -2,8 +2,10 @@
 //! the worker functions and nothing else). Each pass takes the due claim-evidence jobs, fetches
 //! every source, and reports what it saw (HTTP status, SHA-256 of the body, a short text
 //! excerpt); the database decides what that means and opens human reviews. Each pass also closes
-//! the runs still open past their deadline. On their own schedules it runs the form screening
-//! purge and retention (sql/160_retention.sql). Bodies and excerpts are never logged.
+//! the runs still open past their deadline, and fails closed the Agent Console tasks whose binding
+//! went while nobody touched them (a connection that expired). On their own schedules it runs the
+//! form screening purge and retention (sql/160_retention.sql). Bodies and excerpts are never
+//! logged.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -26,7 +28,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
 
-    /// Run one pass (the due evidence jobs, and the purge) and exit: for tests and cron.
+    /// Run one pass (the due evidence jobs, unbound console tasks, and the purge) and exit: for
+    /// tests and cron.
     #[arg(long)]
     pub once: bool,
 
@@ -125,6 +128,10 @@ pub async fn run(args: WorkerArgs) -> i32 {
         }
         if let Err(e) = reverify_due_evidence(&db, &fetcher, &args).await {
             failed("evidence re-verification", &e);
+            ok = false;
+        }
+        if let Err(e) = fail_unbound_tasks(&db).await {
+            failed("console task binding check", &e);
             ok = false;
         }
         if let Some(every) = retention_every {
@@ -268,6 +275,19 @@ async fn apply_retention(db: &Db) -> Result<(), Error> {
         retention_days = result.get("retention_days").and_then(|v| v.as_i64()),
         "retention"
     );
+    Ok(())
+}
+
+/// Console tasks whose connection expired (or whose session, profile or permission went without
+/// a transaction to notice) fail closed with their reason; logs turn ids only.
+async fn fail_unbound_tasks(db: &Db) -> Result<(), Error> {
+    let result: Value = db.call_as_operator(&Call::new("worker_fail_unbound_tasks")).await?;
+    let closed = result.get("closed").and_then(|v| v.as_array()).cloned().unwrap_or_default();
+    for turn in &closed {
+        let turn_id = turn.get("turn_id").and_then(|v| v.as_str()).unwrap_or_default();
+        tracing::info!(turn_id, "console task failed closed: its binding went");
+    }
+    tracing::info!(closed = closed.len(), "console task binding check");
     Ok(())
 }
 

@@ -728,7 +728,7 @@ mod tests {
         expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{restore}', 'approve')"), "QL403");
         assert_eq!(count("proposal_decisions"), decisions, "the editor's attempt records no decision");
         assert_eq!(archived_at(&content_id), Some(archived), "still archived");
-        let pending = json(&format!("SELECT querylayer_api.list_proposals('pending') -> 0"));
+        let pending = json(&format!("SELECT querylayer_api.list_proposals('pending') -> 'proposals' -> 0"));
         assert_eq!(pending["proposal_id"], restore);
         // The editor cannot reject it either (a decision of this type is the owner's or an admin's).
         expect_sqlstate(&format!("SELECT querylayer_api.decide_proposal('{restore}', 'reject')"), "QL403");
@@ -1092,6 +1092,109 @@ mod tests {
         assert_eq!(state["plan"]["steps"][0]["state"], "failed");
         assert_eq!(state["plan"]["steps"][0]["retry_count"], 2);
         assert_eq!(state["plan"]["steps"][1]["state"], "cancelled");
+        // The failed plan failed its turn: no new version can start over with fresh retries.
+        assert_eq!(state["turn"]["state"], "failed", "{state}");
+        assert_eq!(state["turn"]["retries_left"], 0);
+        expect_sqlstate(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-3', 'Again', '[{{\"key\": \"a\", \"operation\": \"analysis\", \"instructions\": \"try\"}}]')"
+        ), "QL422");
+    }
+
+    #[pg_test]
+    fn the_retry_budget_is_the_turns_and_a_new_plan_version_does_not_restore_it() {
+        let (site, _, turn) = console_turn("sess-7");
+        authenticate(&site.secret);
+        json("SELECT querylayer_api.claim_console_task()");
+        let one = r#"[{"key": "a", "operation": "analysis", "instructions": "try"}]"#;
+        let mut state =
+            json(&format!("SELECT querylayer_api.create_task_plan('{turn}', 'sess-7', 'Analyse', '{one}')"));
+        for _ in 0..2 {
+            let step = state["step"]["step_id"].as_str().unwrap().to_string();
+            state = json(&format!(
+                "SELECT querylayer_api.complete_console_task('{turn}', 'failed', 'sess-7', '{step}', 'boom')"
+            ));
+        }
+        assert_eq!(state["turn"]["retries_left"], 0, "{state}");
+        // The budget only shrinks, even for the superuser (a member's re-open restores it).
+        expect_sqlstate(
+            &format!("UPDATE querylayer.console_turns SET retries_used = 0 WHERE id = '{turn}'"),
+            "QL423",
+        );
+        // A new version hands out the step again, but the turn's budget is spent: one failure ends it.
+        state = json(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-7', 'Analyse again', '{one}')"
+        ));
+        assert_eq!(state["plan"]["version"], 2);
+        assert_eq!(state["step"]["retry_count"], 0);
+        let step = state["step"]["step_id"].as_str().unwrap().to_string();
+        state = json(&format!(
+            "SELECT querylayer_api.complete_console_task('{turn}', 'failed', 'sess-7', '{step}', 'boom')"
+        ));
+        assert_eq!(state["status"], "failed", "{state}");
+        assert_eq!(state["turn"]["state"], "failed");
+        // Not even the table owner can start a plan on the failed turn, or restore its budget.
+        as_owner();
+        expect_sqlstate(&format!(
+            "INSERT INTO querylayer.task_plans (site_id, turn_id, version, goal, agent_id, profile_id, session_id, connection_id)
+             SELECT site_id, turn_id, 3, 'sneak', agent_id, profile_id, session_id, connection_id
+               FROM querylayer.task_plans WHERE turn_id = '{turn}' AND version = 2"
+        ), "QL422");
+        expect_sqlstate(
+            &format!("UPDATE querylayer.console_turns SET state = 'queued' WHERE id = '{turn}'"),
+            "QL403",
+        );
+        Spi::run("RESET ROLE").unwrap();
+        // A member re-opens it: queued again, with its two retries.
+        as_member(&site.owner_token);
+        let reopened = json(&format!("SELECT querylayer_api.console_reopen_turn('{turn}', 'try once more')"));
+        assert_eq!(reopened["state"], "queued");
+        assert_eq!(reopened["retries_left"], 2);
+        authenticate(&site.secret);
+        let claimed = json("SELECT querylayer_api.claim_console_task()");
+        assert_eq!(claimed["turn"]["turn_id"], turn.as_str());
+        let needs = json(&format!("SELECT querylayer_api.claim_console_task('sess-7', '{turn}')"));
+        assert_eq!(needs["status"], "needs_plan", "{needs}");
+        let v3 =
+            json(&format!("SELECT querylayer_api.create_task_plan('{turn}', 'sess-7', 'Third', '{one}')"));
+        assert_eq!(v3["plan"]["version"], 3);
+    }
+
+    #[pg_test]
+    fn a_revocation_fails_its_tasks_in_the_revoking_transaction_whoever_revokes() {
+        let (site, _, turn) = console_turn("sess-8");
+        authenticate(&site.secret);
+        json("SELECT querylayer_api.claim_console_task()");
+        let plan = json(&format!(
+            "SELECT querylayer_api.create_task_plan('{turn}', 'sess-8', 'Draft', '{THREE_STEPS}')"
+        ));
+        let plan_id = plan["plan"]["plan_id"].as_str().unwrap().to_string();
+        // Not through a revoke function at all: the superuser's direct UPDATE.
+        Spi::run(&format!(
+            "UPDATE querylayer.connections SET revoked_at = now(), revoked_reason = 'laptop lost'
+              WHERE id = (SELECT connection_id FROM querylayer.task_plans WHERE id = '{plan_id}')"
+        ))
+        .unwrap();
+        let row = text(&format!(
+            "SELECT format('%s|%s|%s|%s', t.state, t.failure_reason, p.state, p.failure_reason)
+               FROM querylayer.console_turns t JOIN querylayer.task_plans p ON p.turn_id = t.id WHERE p.id = '{plan_id}'"
+        ));
+        assert!(row.starts_with("failed|connection "), "{row}");
+        assert!(row.ends_with("was revoked: laptop lost"), "{row}");
+        assert!(row.contains("|failed|connection "), "{row}");
+    }
+
+    #[pg_test]
+    fn one_hermes_session_is_registered_on_one_site_only() {
+        let (site, _, _) = console_turn("sess-9");
+        json("SELECT querylayer_api.create_site('demo', 'second')");
+        // Even a direct insert by the superuser cannot register the session on the second site.
+        expect_sqlstate(
+            "INSERT INTO querylayer.agent_sessions (site_id, session_id, agent_id, profile_id, registered_by)
+             SELECT (SELECT id FROM querylayer.sites WHERE slug = 'second'), session_id, agent_id, profile_id, registered_by
+               FROM querylayer.agent_sessions WHERE session_id = 'sess-9'",
+            "23505",
+        );
+        let _ = site;
     }
 
     #[pg_test]
@@ -1241,7 +1344,7 @@ mod tests {
         assert_eq!(count("content_briefs"), 1, "exactly one brief per approval");
         authenticate(&site.secret);
         let briefs = json("SELECT querylayer_api.list_content_briefs()");
-        assert_eq!(briefs[0]["brief"]["pages"].as_array().unwrap().len(), 2);
+        assert_eq!(briefs["briefs"][0]["brief"]["pages"].as_array().unwrap().len(), 2);
         let accepted = json("SELECT querylayer_api.list_topical_strategy_opportunities('accepted')");
         assert_eq!(accepted["opportunities"].as_array().unwrap().len(), 2);
     }
@@ -1285,7 +1388,7 @@ mod tests {
         assert_eq!((count("content_items"), count("content_revisions"), count("proposals")), before);
         let pkg = first["package_id"].as_str().unwrap();
         let invalid = json(&format!("SELECT querylayer_api.list_content_source_records('{pkg}', false)"));
-        assert_eq!(invalid.as_array().unwrap().len(), 1);
+        assert_eq!(invalid["records"].as_array().unwrap().len(), 1);
     }
 
     #[pg_test]
@@ -1313,7 +1416,9 @@ mod tests {
         }
         assert_eq!(count("evidence_reviews"), 1);
         authenticate(&site.secret);
-        let state = json(&format!("SELECT querylayer_api.list_evidence_reverification('{content}')"));
+        let state = json(&format!("SELECT querylayer_api.list_evidence_reverification('{content}')"))
+            ["evidence"]
+            .clone();
         let text = state.to_string();
         assert!(state[0]["open_review"]["reason"] == "changed", "{state}");
         assert!(!text.contains("secret body text") && !text.contains(&"b".repeat(64)), "{text}");
@@ -1376,7 +1481,9 @@ mod tests {
             assert_eq!(r["reasons"], serde_json::json!(["vanished/open"]), "{r}");
         }
         authenticate(&site.secret);
-        let state = json(&format!("SELECT querylayer_api.list_evidence_reverification('{content}')"));
+        let state = json(&format!("SELECT querylayer_api.list_evidence_reverification('{content}')"))
+            ["evidence"]
+            .clone();
         assert_eq!(state.as_array().unwrap().len(), 2, "{state}");
         for e in state.as_array().unwrap() {
             assert_eq!(e["open_review"]["reason"], "vanished", "{state}");
@@ -1384,7 +1491,7 @@ mod tests {
             assert_eq!(e["due_job"], Value::Null, "{state}");
         }
         as_member(&site.owner_token);
-        let reviews = json("SELECT querylayer_api.console_list_evidence_reviews()");
+        let reviews = json("SELECT querylayer_api.console_list_evidence_reviews()")["reviews"].clone();
         let mut seen: Vec<i64> = reviews
             .as_array()
             .unwrap()
@@ -1399,7 +1506,7 @@ mod tests {
     }
 
     #[pg_test]
-    fn the_retention_purge_removes_old_rejected_events_and_keeps_the_aggregates() {
+    fn the_retention_purge_removes_old_rejected_events_and_rejected_totals_follow_the_window() {
         let site = content_site();
         json(
             r#"SELECT querylayer_api.report_form_screening('demo', '[
@@ -1419,8 +1526,27 @@ mod tests {
         authenticate(&site.secret);
         let after = json("SELECT querylayer_api.form_screening_metrics(366)");
         assert_eq!(before, after);
+        // The day rows stay, but rejected totals are reported only inside the retention window.
         let old = json("SELECT jsonb_agg(to_jsonb(d)) FROM querylayer.form_screening_daily d WHERE day = '2020-01-01' AND decision = 'rejected'");
         assert_eq!(old[0]["events"], 2);
+        // Forty days back: inside the year asked for, outside the 30-day window of rejections.
+        let day = text("SELECT ((now() - interval '40 days') AT TIME ZONE 'UTC')::date::text");
+        json(&format!(
+            r#"SELECT querylayer_api.report_form_screening('demo', '[
+            {{"form": "contact", "decision": "rejected", "reason": "spam", "occurred_at": "{day}T12:00:00Z"}},
+            {{"form": "contact", "decision": "accepted", "reason": "clean", "occurred_at": "{day}T12:00:00Z"}}]')"#
+        ));
+        authenticate(&site.secret);
+        let now = json("SELECT querylayer_api.form_screening_metrics(366)");
+        let reported: Vec<(String, String)> = now["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["day"].as_str().unwrap().to_string(), c["decision"].as_str().unwrap().to_string()))
+            .collect();
+        assert!(reported.contains(&(day.clone(), "accepted".to_string())), "{now}");
+        assert!(!reported.contains(&(day, "rejected".to_string())), "{now}");
+        assert!(reported.iter().any(|(_, d)| d == "rejected"), "today's rejection is reported: {now}");
         assert!(!after.to_string().contains("a@b.example"));
     }
 

@@ -50,7 +50,11 @@ fn cross_site_reads_return_nothing_and_cross_site_writes_fail() {
     let mut tx = edge.transaction().unwrap();
     authenticate(&mut tx, &a).unwrap();
     let listed: Value = tx.query_one("SELECT querylayer_api.list_runs()", &[]).unwrap().get(0);
-    assert_eq!(listed, serde_json::json!([]), "site A sees none of site B's runs");
+    assert_eq!(
+        listed,
+        serde_json::json!({"runs": [], "next_cursor": null}),
+        "site A sees none of site B's runs"
+    );
     tx.batch_execute("SAVEPOINT s").unwrap();
     let read = tx.query_one("SELECT querylayer_api.get_run($1::text::uuid)", &[&run_b]).unwrap_err();
     assert_eq!(sql_error(&read).0, "QL404");

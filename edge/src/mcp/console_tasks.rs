@@ -151,6 +151,9 @@ pub struct ConsoleTurn {
     /// The completed turn's result: `{summary, run_ids, proposal_ids}`.
     #[schemars(schema_with = "super::any_json")]
     pub result: Option<Value>,
+    /// Automatic retries the turn has left (two in all, across its steps and plan versions;
+    /// a member's re-open restores them).
+    pub retries_left: Option<i32>,
     /// The Hermes-owned session of the conversation.
     pub session_id: String,
     /// The agent's immutable Hermes profile id.
@@ -170,7 +173,7 @@ pub struct TaskStep {
     pub instructions: String,
     /// `pending`, `running`, `awaiting_approval`, `succeeded`, `failed`, `cancelled` or `superseded`.
     pub state: String,
-    /// Automatic retries so far (at most 2).
+    /// This step's automatic retries so far (the turn allows two in all).
     pub retry_count: i32,
     pub run_id: Option<Uuid>,
     /// The proposal the step produced and waits on.
@@ -210,16 +213,18 @@ pub struct ConsoleTask {
     /// `claimed` (a new turn: plan it or complete it), `idle` (nothing queued), `needs_plan`, or
     /// for a planned turn: `running` (`step` is the one step to run now), `awaiting_approval`
     /// (a step waits on a member's decision: claim again later), `completed`, `failed` or
-    /// `cancelled`. Absent when the turn itself was just completed.
+    /// `cancelled` (the turn ended with its plan: nothing more is accepted for it until a
+    /// member re-opens it). Absent when the turn itself was just completed.
     pub status: Option<String>,
     pub turn: Option<ConsoleTurn>,
     /// The one step to run now, when `status` is `running`.
     pub step: Option<TaskStep>,
     /// The current plan version with every step's progress.
     pub plan: Option<TaskPlan>,
-    /// Turns failed closed while claiming, with their reasons.
+    /// Turns failed closed while claiming (their profile, session or connection no longer
+    /// holds), with their reasons.
     pub closed: Option<Vec<ClosedTurn>>,
-    /// Why the plan failed closed, when it just did.
+    /// Why the plan or turn ended, when it did.
     pub reason: Option<String>,
     /// What to do next.
     pub hint: Option<String>,
@@ -282,9 +287,11 @@ impl QueryLayerMcp {
     }
 
     /// Report the running step (succeeded, naming the one proposal a proposal-producing step
-    /// made; or failed: retried automatically at most twice, then the step and plan fail and
-    /// dependents never start) and receive the next step. Without step_id: complete the claimed
-    /// turn, referencing the runs and proposals it produced. Needs runs:write.
+    /// made; or failed: retried automatically while the turn has retries left — two in all,
+    /// across steps and plan versions — then the step, the plan and the turn fail and dependents
+    /// never start) and receive the next step. A report whose session ended or whose binding
+    /// went is refused. Without step_id: complete the claimed turn, referencing the runs and
+    /// proposals it produced. Needs runs:write.
     #[tool(
         name = "querylayer_complete_console_task",
         annotations(

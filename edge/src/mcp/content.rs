@@ -18,8 +18,10 @@ use crate::db::Call;
 pub struct ListContentParams {
     /// Only items in this state: `draft`, `published` or `archived`. Omit for all.
     pub state: Option<String>,
-    /// At most this many items, newest change first (1 to 500; default 50).
+    /// At most this many items, newest first (1 to 500; default 50).
     pub limit: Option<i32>,
+    /// The `next_cursor` of the previous page, unchanged; omit for the first page.
+    pub cursor: Option<String>,
 }
 
 /// One content item and its pointers.
@@ -49,6 +51,8 @@ pub struct ContentItem {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ContentList {
     pub items: Vec<ContentItem>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// A new draft revision: of a new item (give `slug` and `template`) or of an existing one
@@ -87,7 +91,7 @@ pub struct Draft {
 #[tool_router(router = content_router, vis = "pub(super)")]
 impl QueryLayerMcp {
     /// List the site's content items with their draft and live revision pointers, newest
-    /// change first. Needs content:read.
+    /// first, a page at a time (`limit`, `cursor`). Needs content:read.
     #[tool(
         name = "querylayer_list_content",
         annotations(
@@ -103,10 +107,11 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ListContentParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<ContentList>, CallToolResult> {
-        let call = Call::new("list_content").opt("p_state", p.state).opt("p_limit", p.limit);
-        self.call::<Vec<ContentItem>>(&ctx, "querylayer_list_content", call)
-            .await
-            .map(|Json(items)| Json(ContentList { items }))
+        let call = Call::new("list_content")
+            .opt("p_state", p.state)
+            .opt("p_limit", p.limit)
+            .opt("p_cursor", p.cursor);
+        self.call(&ctx, "querylayer_list_content", call).await
     }
 
     /// Write a draft revision inside an open run: a new item (slug and template) or a new

@@ -15,10 +15,15 @@ use super::proposals::Proposal;
 use super::QueryLayerMcp;
 use crate::db::Call;
 
-/// No arguments: the connection already names its site.
+/// Paging for topics (the connection already names its site).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ListTopicalMapParams {}
+pub struct ListTopicalMapParams {
+    /// At most this many topics, by slug (1 to 500; default 100).
+    pub limit: Option<i32>,
+    /// The `next_cursor` of the previous page, unchanged; omit for the first page.
+    pub cursor: Option<String>,
+}
 
 /// A page that serves a topic.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -46,6 +51,8 @@ pub struct Topic {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct TopicalMap {
     pub topics: Vec<Topic>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// Filters for the opportunity queue.
@@ -57,6 +64,8 @@ pub struct ListOpportunitiesParams {
     pub state: Option<String>,
     /// At most this many (1 to 500; default 100), oldest import first.
     pub limit: Option<i32>,
+    /// The `next_cursor` of the previous page, unchanged; omit for the first page.
+    pub cursor: Option<String>,
 }
 
 /// Where an opportunity came from.
@@ -95,6 +104,8 @@ pub struct OpportunityList {
     /// What these records are (and are not).
     pub note: String,
     pub opportunities: Vec<Opportunity>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// Selected opportunities to turn into one topical_map proposal.
@@ -118,6 +129,8 @@ pub struct ProposeOpportunitiesParams {
 pub struct ListBriefsParams {
     /// At most this many briefs, newest first (1 to 500; default 50).
     pub limit: Option<i32>,
+    /// The `next_cursor` of the previous page, unchanged; omit for the first page.
+    pub cursor: Option<String>,
 }
 
 /// An immutable content brief, commissioned by a member's approval of page-oriented topical work.
@@ -141,6 +154,8 @@ pub struct ContentBrief {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct BriefList {
     pub briefs: Vec<ContentBrief>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// Contributor output for a brief: a draft revision written in a run.
@@ -165,9 +180,9 @@ pub struct ProposeBriefDraftParams {
 #[tool_router(router = editorial_router, vis = "pub(super)")]
 impl QueryLayerMcp {
     /// Read the site's topical map: topics, their hierarchy, and the pages that serve them
-    /// (pillar or supporting). Agents never change the map directly; propose changes with
-    /// querylayer_propose_topical_strategy_opportunities or querylayer_create_proposal
-    /// (topical_map). Needs topical-map:read.
+    /// (pillar or supporting), by slug, a page at a time (`limit`, `cursor`). Agents never change
+    /// the map directly; propose changes with querylayer_propose_topical_strategy_opportunities
+    /// or querylayer_create_proposal (topical_map). Needs topical-map:read.
     #[tool(
         name = "querylayer_list_topical_map",
         annotations(
@@ -180,10 +195,11 @@ impl QueryLayerMcp {
     )]
     async fn list_topical_map(
         &self,
-        Parameters(_): Parameters<ListTopicalMapParams>,
+        Parameters(p): Parameters<ListTopicalMapParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<TopicalMap>, CallToolResult> {
-        self.call(&ctx, "querylayer_list_topical_map", Call::new("list_topical_map")).await
+        let call = Call::new("list_topical_map").opt("p_limit", p.limit).opt("p_cursor", p.cursor);
+        self.call(&ctx, "querylayer_list_topical_map", call).await
     }
 
     /// Read the queue of imported topical strategy opportunities with their provenance (source,
@@ -205,8 +221,10 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ListOpportunitiesParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<OpportunityList>, CallToolResult> {
-        let call =
-            Call::new("list_topical_strategy_opportunities").opt("p_state", p.state).opt("p_limit", p.limit);
+        let call = Call::new("list_topical_strategy_opportunities")
+            .opt("p_state", p.state)
+            .opt("p_limit", p.limit)
+            .opt("p_cursor", p.cursor);
         self.call(&ctx, "querylayer_list_topical_strategy_opportunities", call).await
     }
 
@@ -240,8 +258,8 @@ impl QueryLayerMcp {
         .await
     }
 
-    /// List the site's immutable content briefs, newest first: the planned pages a member's
-    /// approval commissioned. Needs content:read.
+    /// List the site's immutable content briefs, newest first, a page at a time (`limit`,
+    /// `cursor`): the planned pages a member's approval commissioned. Needs content:read.
     #[tool(
         name = "querylayer_list_content_briefs",
         annotations(
@@ -257,15 +275,14 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ListBriefsParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<BriefList>, CallToolResult> {
-        let call = Call::new("list_content_briefs").opt("p_limit", p.limit);
-        self.call::<Vec<ContentBrief>>(&ctx, "querylayer_list_content_briefs", call)
-            .await
-            .map(|Json(briefs)| Json(BriefList { briefs }))
+        let call = Call::new("list_content_briefs").opt("p_limit", p.limit).opt("p_cursor", p.cursor);
+        self.call(&ctx, "querylayer_list_content_briefs", call).await
     }
 
-    /// Submit contributor output for a content brief (a draft revision written in a run) as an
-    /// inert, attributable create_content or revision proposal card. It cannot publish: only a
-    /// member's approval of a publish request can. Needs content:write.
+    /// Submit contributor output for a content brief (a draft revision written in a run of this
+    /// connection: a card cites only its own work) as an inert, attributable create_content or
+    /// revision proposal card. It cannot publish: only a member's approval of a publish request
+    /// can. Needs content:write.
     #[tool(
         name = "querylayer_propose_content_brief_draft",
         annotations(

@@ -20,7 +20,7 @@ use crate::db::Call;
 pub struct RecordEvidenceParams {
     /// The open run (of this connection) the evidence is recorded in.
     pub run_id: Uuid,
-    /// The draft revision that states the claim.
+    /// The draft revision that states the claim: the item's current draft, not yet live.
     pub revision_id: Uuid,
     /// The claim, exactly as the revision states it (1 to 2000 characters).
     pub claim: String,
@@ -60,6 +60,10 @@ pub struct ListEvidenceParams {
     pub content_id: Option<Uuid>,
     /// Only evidence for this revision.
     pub revision_id: Option<Uuid>,
+    /// At most this many, oldest first (1 to 500; default 100).
+    pub limit: Option<i32>,
+    /// The `next_cursor` of the previous page, unchanged; omit for the first page.
+    pub cursor: Option<String>,
 }
 
 /// One piece of claim evidence.
@@ -81,6 +85,8 @@ pub struct EvidenceItem {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct EvidenceList {
     pub evidence: Vec<EvidenceItem>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// Which evidence's re-verification state to read.
@@ -89,6 +95,10 @@ pub struct EvidenceList {
 pub struct ListReverificationParams {
     /// Only evidence for this content item.
     pub content_id: Option<Uuid>,
+    /// At most this many, oldest evidence first (1 to 500; default 100).
+    pub limit: Option<i32>,
+    /// The `next_cursor` of the previous page, unchanged; omit for the first page.
+    pub cursor: Option<String>,
 }
 
 /// What is being re-verified.
@@ -141,6 +151,8 @@ pub struct Reverification {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ReverificationList {
     pub evidence: Vec<Reverification>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 #[tool_router(router = evidence_router, vis = "pub(super)")]
@@ -175,7 +187,8 @@ impl QueryLayerMcp {
     }
 
     /// List the site's claim evidence (claim, source URL, quoted span, retrieval time, hash),
-    /// optionally for one content item or revision. Needs content:read.
+    /// optionally for one content item or revision, oldest first, a page at a time (`limit`,
+    /// `cursor`). Needs content:read.
     #[tool(
         name = "querylayer_list_evidence",
         annotations(
@@ -191,16 +204,17 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ListEvidenceParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<EvidenceList>, CallToolResult> {
-        let call =
-            Call::new("list_evidence").opt("p_content_id", p.content_id).opt("p_revision_id", p.revision_id);
-        self.call::<Vec<EvidenceItem>>(&ctx, "querylayer_list_evidence", call)
-            .await
-            .map(|Json(evidence)| Json(EvidenceList { evidence }))
+        let call = Call::new("list_evidence")
+            .opt("p_content_id", p.content_id)
+            .opt("p_revision_id", p.revision_id)
+            .opt("p_limit", p.limit)
+            .opt("p_cursor", p.cursor);
+        self.call(&ctx, "querylayer_list_evidence", call).await
     }
 
     /// Read the re-verification state of the site's evidence: target, due job, the newest
-    /// attempt's status and any open human review. Never observed bodies, excerpts or reviewer
-    /// notes. Needs content:read.
+    /// attempt's status and any open human review, a bounded page at a time (`limit`,
+    /// `cursor`). Never observed bodies, excerpts or reviewer notes. Needs content:read.
     #[tool(
         name = "querylayer_list_evidence_reverification",
         annotations(
@@ -216,9 +230,10 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ListReverificationParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<ReverificationList>, CallToolResult> {
-        let call = Call::new("list_evidence_reverification").opt("p_content_id", p.content_id);
-        self.call::<Vec<Reverification>>(&ctx, "querylayer_list_evidence_reverification", call)
-            .await
-            .map(|Json(evidence)| Json(ReverificationList { evidence }))
+        let call = Call::new("list_evidence_reverification")
+            .opt("p_content_id", p.content_id)
+            .opt("p_limit", p.limit)
+            .opt("p_cursor", p.cursor);
+        self.call(&ctx, "querylayer_list_evidence_reverification", call).await
     }
 }

@@ -39,16 +39,20 @@ pub struct ScreeningCount {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct FormMetrics {
     pub days: i32,
-    /// Raw rejected events are deleted after this many days; these aggregates are kept.
+    /// Raw rejected events are deleted after this many days (the bounded retention window).
     pub rejected_raw_retention_days: i32,
+    /// Rejected totals follow that window: they are counted only for days from this UTC date
+    /// on. Accepted and review totals cover every day asked for.
+    pub rejected_since: String,
     pub counts: Vec<ScreeningCount>,
 }
 
 #[tool_router(router = forms_router, vis = "pub(super)")]
 impl QueryLayerMcp {
     /// Count the site's form screening decisions by day, form, decision (accepted, rejected,
-    /// review) and reason. Aggregates only: never a submission, contact detail or signal. The
-    /// counts stay correct after raw rejected events are purged. Needs site:read.
+    /// review) and reason. Aggregates only: never a submission, contact detail or signal.
+    /// Rejected totals follow the bounded retention window of raw rejected events (from
+    /// `rejected_since` on); the purge changes no count. Needs site:read.
     #[tool(
         name = "querylayer_form_screening_metrics",
         annotations(

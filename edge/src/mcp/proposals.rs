@@ -45,6 +45,8 @@ pub struct ListProposalsParams {
     pub state: Option<String>,
     /// At most this many proposals, newest first (1 to 500; default 50).
     pub limit: Option<i32>,
+    /// The `next_cursor` of the previous page, unchanged; omit for the first page.
+    pub cursor: Option<String>,
 }
 
 /// One item of a publish request.
@@ -142,6 +144,8 @@ pub struct Proposal {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ProposalList {
     pub proposals: Vec<Proposal>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 #[tool_router(router = proposals_router, vis = "pub(super)")]
@@ -172,8 +176,8 @@ impl QueryLayerMcp {
         self.call(&ctx, "querylayer_create_proposal", call.idempotent(p.idempotency_key)).await
     }
 
-    /// List the site's proposals with their items, decision and execution, newest first.
-    /// Needs content:read.
+    /// List the site's proposals with their items, decision and execution, newest first, a
+    /// page at a time (`limit`, `cursor`). Needs content:read.
     #[tool(
         name = "querylayer_list_proposals",
         annotations(
@@ -189,10 +193,11 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ListProposalsParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<ProposalList>, CallToolResult> {
-        let call = Call::new("list_proposals").opt("p_state", p.state).opt("p_limit", p.limit);
-        self.call::<Vec<Proposal>>(&ctx, "querylayer_list_proposals", call)
-            .await
-            .map(|Json(proposals)| Json(ProposalList { proposals }))
+        let call = Call::new("list_proposals")
+            .opt("p_state", p.state)
+            .opt("p_limit", p.limit)
+            .opt("p_cursor", p.cursor);
+        self.call(&ctx, "querylayer_list_proposals", call).await
     }
 
     /// Ask a human to approve publishing (the exact current draft revision) or unpublishing

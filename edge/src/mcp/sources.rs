@@ -74,6 +74,8 @@ pub struct StagedPackage {
 pub struct ListPackagesParams {
     /// At most this many packages, newest first (1 to 500; default 50).
     pub limit: Option<i32>,
+    /// The `next_cursor` of the previous page, unchanged; omit for the first page.
+    pub cursor: Option<String>,
 }
 
 /// A staged package, without its records.
@@ -93,6 +95,8 @@ pub struct PackageSummary {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct PackageList {
     pub packages: Vec<PackageSummary>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// Which records of a package to read.
@@ -103,6 +107,10 @@ pub struct ListRecordsParams {
     pub package_id: Uuid,
     /// Only valid (`true`) or only invalid (`false`) records. Omit for all.
     pub valid: Option<bool>,
+    /// At most this many records, in staged order (1 to 1000; default 100).
+    pub limit: Option<i32>,
+    /// The `next_cursor` of the previous page, unchanged; omit for the first page.
+    pub cursor: Option<String>,
 }
 
 /// One staged record as submitted, with its validation.
@@ -124,6 +132,8 @@ pub struct SourceRecord {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct RecordList {
     pub records: Vec<SourceRecord>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// Staged records and the draft written from them.
@@ -177,7 +187,7 @@ impl QueryLayerMcp {
     }
 
     /// List the site's staged source packages, newest first, with checksums, counts and
-    /// warnings. Needs content:read.
+    /// warnings, a page at a time (`limit`, `cursor`). Needs content:read.
     #[tool(
         name = "querylayer_list_content_source_packages",
         annotations(
@@ -193,14 +203,14 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ListPackagesParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<PackageList>, CallToolResult> {
-        let call = Call::new("list_content_source_packages").opt("p_limit", p.limit);
-        self.call::<Vec<PackageSummary>>(&ctx, "querylayer_list_content_source_packages", call)
-            .await
-            .map(|Json(packages)| Json(PackageList { packages }))
+        let call =
+            Call::new("list_content_source_packages").opt("p_limit", p.limit).opt("p_cursor", p.cursor);
+        self.call(&ctx, "querylayer_list_content_source_packages", call).await
     }
 
     /// List a staged package's records as submitted, with their hashes and validation (valid
-    /// or invalid with problems). Needs content:read.
+    /// or invalid with problems), in staged order, a page at a time (`limit`, `cursor`). Needs
+    /// content:read.
     #[tool(
         name = "querylayer_list_content_source_records",
         annotations(
@@ -218,10 +228,10 @@ impl QueryLayerMcp {
     ) -> Result<Json<RecordList>, CallToolResult> {
         let call = Call::new("list_content_source_records")
             .arg("p_package_id", p.package_id)
-            .opt("p_valid", p.valid);
-        self.call::<Vec<SourceRecord>>(&ctx, "querylayer_list_content_source_records", call)
-            .await
-            .map(|Json(records)| Json(RecordList { records }))
+            .opt("p_valid", p.valid)
+            .opt("p_limit", p.limit)
+            .opt("p_cursor", p.cursor);
+        self.call(&ctx, "querylayer_list_content_source_records", call).await
     }
 
     /// Turn valid staged records, and the draft revision written from them, into an inert

@@ -206,14 +206,14 @@ async def test_a_step_failing_three_times_fails_after_two_retries_and_its_depend
         assert summarise["state"] == "cancelled" and summarise["retry_count"] == 0
         assert task["plan"]["state"] == "failed"
         assert task["plan"]["failure_reason"] == "step analyse failed after 2 automatic retries"
+        # The failed plan failed its turn closed: nothing more is accepted for it.
         again = await claim(client, turn_id=turn["turn_id"], session_id=turn["session_id"])
         assert again["status"] == "failed" and again["step"] is None
-        refused = tool_error(await client.call_tool("querylayer_complete_console_task", {
-            "turn_id": turn["turn_id"], "outcome": "completed"}))
-        assert refused["code"] == "invalid_state"
-        ended = await call(client, "querylayer_complete_console_task", {
-            "turn_id": turn["turn_id"], "outcome": "failed", "summary": "analysis kept failing"})
-        assert ended["turn"]["state"] == "failed"
+        assert again["turn"]["state"] == "failed" and again["reason"] == task["plan"]["failure_reason"]
+        for outcome in ("completed", "failed"):
+            refused = tool_error(await client.call_tool("querylayer_complete_console_task", {
+                "turn_id": turn["turn_id"], "outcome": outcome}))
+            assert refused["code"] == "invalid_state" and "nothing more is accepted" in refused["message"]
     steps = owner.get(f"/turns/{turn['turn_id']}").json()["plans"][0]["steps"]
     assert [(s["key"], s["state"], s["run_id"]) for s in steps] == [
         ("analyse", "failed", None), ("summarise", "cancelled", None)]
@@ -246,15 +246,16 @@ async def test_a_revoked_connection_stops_the_harness_and_another_connection_can
             error = tool_error(await other.call_tool(tool, arguments))
             assert error["code"] == "forbidden" and "not claimed by this connection" in error["message"]
         assert (await claim(other))["status"] == "idle"
-    # A member can still stop the plan; the step never ran to completion.
-    plan_id = task["plan"]["plan_id"]
-    cancelled = owner.post(f"/plans/{plan_id}/cancel", {"reason": "the harness lost its connection"})
-    assert cancelled.status_code == 200
-    assert cancelled.json()["state"] == "cancelled" and cancelled.json()["steps"][0]["state"] == "cancelled"
-    assert owner.post(f"/plans/{plan_id}/cancel").status_code == 404
+    # The revocation failed the task closed at once, with its reason; no member had to stop it.
+    seen = owner.get(f"/turns/{turn['turn_id']}").json()
+    reason = f"connection '{first['name']}' was revoked: e2e: harness laptop lost"
+    assert (seen["state"], seen["failure_reason"]) == ("failed", reason)
+    assert (seen["plans"][0]["state"], seen["plans"][0]["failure_reason"]) == ("failed", reason)
+    assert seen["plans"][0]["steps"][0]["state"] == "cancelled"
+    assert owner.post(f"/plans/{task['plan']['plan_id']}/cancel").status_code == 404
 
 
-async def test_a_permission_removed_mid_plan_fails_the_plan_closed_before_the_step_starts():
+async def test_a_permission_removed_mid_plan_fails_the_task_closed_at_once():
     agent = hermes_agent()
     owner = Console(member_token())
     conversation = open_conversation(owner, agent)
@@ -270,13 +271,17 @@ async def test_a_permission_removed_mid_plan_fails_the_plan_closed_before_the_st
         admin("revoke-scopes", "--site", "demo", "--agent", agent["handle"], "--scopes", "publish:request")
         names = {t.name for t in (await client.list_tools()).tools}
         assert "querylayer_request_publish_approval" not in names and "querylayer_claim_console_task" in names
-        task = await report(client, turn, task["step"], "succeeded")
-        assert task["status"] == "failed" and task["step"] is None
-        assert states(task) == {"draft": "succeeded", "publish": "failed"}
+        # The removal failed the task closed in its own transaction: the report comes too late.
+        reason = "step publish needs publish:request, which the connection no longer holds"
+        late = tool_error(await client.call_tool("querylayer_complete_console_task", {
+            "turn_id": turn["turn_id"], "session_id": turn["session_id"], "step_id": task["step"]["step_id"],
+            "outcome": "succeeded"}))
+        assert late["code"] == "invalid_state" and reason in late["message"]
+        task = await claim(client, turn_id=turn["turn_id"], session_id=turn["session_id"])
+        assert task["status"] == "failed" and task["step"] is None and task["reason"] == reason
+        assert states(task) == {"draft": "cancelled", "publish": "failed"}
         assert task["plan"]["steps"][1]["failure_reason"] == "the connection no longer holds publish:request"
-        assert task["plan"]["failure_reason"] == "step publish needs publish:request, which the connection no longer holds"
-        again = await claim(client, turn_id=turn["turn_id"], session_id=turn["session_id"])
-        assert again["status"] == "failed"
+        assert task["plan"]["failure_reason"] == reason and task["turn"]["state"] == "failed"
 
 
 async def test_a_renamed_profile_keeps_working_and_keeps_its_link():
@@ -392,9 +397,14 @@ async def test_a_missing_session_fails_closed_and_refuses_the_link():
         assert link.status_code == 422 and reason in link.json()["error"]["message"]
         late = owner.post(f"/conversations/{cid}/turns", {"request": "Too late"})
         assert late.status_code == 422 and reason in late.json()["error"]["message"]
-        failed = await report(client, turn, task["step"], "succeeded")
+        # Ending the session failed the task closed at once; a report after it is refused.
+        late = tool_error(await client.call_tool("querylayer_complete_console_task", {
+            "turn_id": turn["turn_id"], "session_id": session, "step_id": task["step"]["step_id"],
+            "outcome": "succeeded"}))
+        assert late["code"] == "invalid_state" and reason in late["message"]
+        failed = await claim(client, turn_id=turn["turn_id"], session_id=session)
         assert failed["status"] == "failed" and failed["reason"] == reason
-        assert states(failed) == {"one": "succeeded", "two": "cancelled"}
+        assert states(failed) == {"one": "cancelled", "two": "cancelled"}
         closed = await claim(client)
         assert closed["closed"] == [{"turn_id": second["turn_id"], "reason": reason}]
     assert owner.post(f"/sessions/{session}/end").status_code == 404

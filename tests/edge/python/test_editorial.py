@@ -670,11 +670,14 @@ def screened(other) -> dict:
     assert admin("report-form-screening", "--site", other["slug"], "--file", json_file([
         event(form, "rejected", "spam", old), event(form, "accepted", "clean", recent)])) == {"recorded": 2}
     d = lambda t: t.date().isoformat()  # noqa: E731
+    # Rejected-event totals follow the 30-day retention window: the 40-day-old rejections are
+    # stored in the day aggregates but never reported; accepted and review totals are.
     expected = sorted([
-        (d(old), "accepted", "clean", 1), (d(old), "rejected", "bot", 1), (d(old), "rejected", "spam", 2),
+        (d(old), "accepted", "clean", 1),
         (d(middle), "rejected", "spam", 1),
         (d(recent), "accepted", "clean", 2), (d(recent), "rejected", "spam", 2), (d(recent), "review", "link-heavy", 1)])
-    return {"form": form, "expected": expected}
+    beyond_window = sorted([(d(old), "rejected", "bot", 1), (d(old), "rejected", "spam", 2)])
+    return {"form": form, "expected": expected, "beyond_window": beyond_window, "old_day": d(old)}
 
 
 def as_rows(metrics: dict) -> list:
@@ -685,6 +688,7 @@ async def test_form_screening_metrics_are_aggregates_of_this_site_only(writer, r
     async with client(writer) as c:
         metrics = await call(c, "querylayer_form_screening_metrics", {"days": 60, "form": screened["form"]})
         assert metrics["days"] == 60 and metrics["rejected_raw_retention_days"] == 30
+        assert metrics["rejected_since"] == (utc_now() - datetime.timedelta(days=30)).date().isoformat()
         assert as_rows(metrics) == screened["expected"], "the other site's events are not counted"
         assert {c["form"] for c in metrics["counts"]} == {screened["form"]}
         assert set(metrics["counts"][0]) == {"day", "form", "decision", "reason", "count"}
@@ -711,6 +715,11 @@ async def test_the_retention_purge_removes_old_raw_rejections_and_keeps_the_aggr
     async with client(writer) as c:
         before = await call(c, "querylayer_form_screening_metrics", {"days": 60, "form": form})
     assert superuser_sql(raw.format(form=form, decision="rejected", op="<")) == "3"
+    stored = ("SELECT coalesce(json_agg(json_build_array(day::text, decision, reason, events) ORDER BY day, decision, reason), '[]')"
+              f" FROM querylayer.form_screening_daily WHERE form_key = '{form}' AND decision = 'rejected'"
+              f" AND day = '{screened['old_day']}' AND site_id = (SELECT id FROM querylayer.sites WHERE slug = 'demo')")
+    assert [tuple(r) for r in json.loads(superuser_sql(stored))] == screened["beyond_window"], \
+        "the day totals beyond the window are stored, and not reported"
     assert superuser_sql(f"SELECT count(*) FROM querylayer.form_screening_events WHERE payload->>'message' = '{FORM_PAYLOAD}'"
                          f" AND contact = '{CONTACT}'") == "11", "both sites' private fields are stored"
 
@@ -722,7 +731,7 @@ async def test_the_retention_purge_removes_old_raw_rejections_and_keeps_the_aggr
     assert superuser_sql(raw.format(form=form, decision="accepted", op="<")) == "1", "only rejections are purged"
     async with client(writer) as c:
         after = await call(c, "querylayer_form_screening_metrics", {"days": 60, "form": form})
-    assert after == before and as_rows(after) == screened["expected"], "the aggregates are unchanged"
+    assert after == before and as_rows(after) == screened["expected"], "what is reported is unchanged by the purge"
     again = admin("purge-form-screening")
     assert again == {"deleted": 0, "retention_days": 30}
 
