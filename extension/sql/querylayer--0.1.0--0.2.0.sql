@@ -94,6 +94,27 @@ INSERT INTO querylayer.ledger_forms (table_name, form, fields) VALUES
 -- Issue 14: begin_run takes a deadline (p_deadline_seconds); its 0.1.0 signature goes first.
 DROP FUNCTION IF EXISTS querylayer_api.begin_run(text, jsonb, text[], text[]);
 
+-- (a) sql/upgrades/0.2.0/22-bounded-lists.pre.sql
+
+-- Issue 22: every list takes a limit and an opaque cursor (keyset paging) and answers one page
+-- with `next_cursor`. The lists whose parameters changed are dropped here; 0.2.0 creates them
+-- again with their new parameters (CREATE OR REPLACE cannot add parameters).
+DROP FUNCTION IF EXISTS querylayer_api.list_runs(integer, timestamptz);
+DROP FUNCTION IF EXISTS querylayer_api.list_content(text, integer);
+DROP FUNCTION IF EXISTS querylayer.list_proposals(text, integer);
+DROP FUNCTION IF EXISTS querylayer_api.list_proposals(text, integer);
+DROP FUNCTION IF EXISTS querylayer_api.console_list_proposals(text, integer);
+DROP FUNCTION IF EXISTS querylayer_api.console_list_connections();
+DROP FUNCTION IF EXISTS querylayer_api.console_list_conversations();
+DROP FUNCTION IF EXISTS querylayer_api.list_topical_map();
+DROP FUNCTION IF EXISTS querylayer_api.list_topical_strategy_opportunities(text, integer);
+DROP FUNCTION IF EXISTS querylayer_api.list_content_briefs(integer);
+DROP FUNCTION IF EXISTS querylayer_api.list_content_source_packages(integer);
+DROP FUNCTION IF EXISTS querylayer_api.list_content_source_records(uuid, boolean);
+DROP FUNCTION IF EXISTS querylayer_api.list_evidence(uuid, uuid);
+DROP FUNCTION IF EXISTS querylayer_api.list_evidence_reverification(uuid);
+DROP FUNCTION IF EXISTS querylayer_api.console_list_evidence_reviews(text);
+
 -- (b) the functions of a fresh 0.2.0 install
 
 CREATE OR REPLACE FUNCTION querylayer.acting_principal()
@@ -482,6 +503,30 @@ $function$;
 ALTER FUNCTION querylayer.audit_failed_authentication(jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.audit_failed_authentication(jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.cancel_turn(p_turn_id uuid, p_reason text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_plan querylayer.task_plans;
+BEGIN
+    v_plan := querylayer.current_plan(p_turn_id);
+    IF v_plan.state = 'active' THEN
+        UPDATE querylayer.task_steps SET state = 'cancelled', failure_reason = p_reason
+         WHERE plan_id = v_plan.id AND state IN ('pending', 'running', 'awaiting_approval');
+        UPDATE querylayer.task_plans SET state = 'cancelled', ended_at = now(), failure_reason = p_reason
+         WHERE id = v_plan.id;
+        PERFORM querylayer.audit('plan.cancel'::text, v_plan.id::text, jsonb_build_object('reason', p_reason));
+    END IF;
+    UPDATE querylayer.console_turns SET state = 'cancelled', ended_at = now(), outcome = 'cancelled', failure_reason = p_reason
+     WHERE id = p_turn_id AND state IN ('queued', 'claimed');
+    PERFORM querylayer.audit('turn.cancel'::text, p_turn_id::text, jsonb_build_object('reason', p_reason));
+END
+$function$;
+ALTER FUNCTION querylayer.cancel_turn(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.cancel_turn(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.canonical_sha256(value jsonb)
  RETURNS text
  LANGUAGE c
@@ -782,6 +827,7 @@ AS $function$
 DECLARE
     v_cid uuid;
     v_rid uuid;
+    v_rev querylayer.content_revisions;
 BEGIN
     IF p_payload IS NULL OR jsonb_typeof(p_payload) <> 'object' THEN
         RAISE EXCEPTION 'payload must be a JSON object' USING ERRCODE = '22023';
@@ -791,8 +837,16 @@ BEGIN
     IF p_type IN ('create_content', 'revision') THEN
         v_cid := querylayer.payload_uuid(p_payload->'content_id', 'payload.content_id'::text);
         v_rid := querylayer.payload_uuid(p_payload->'revision_id', 'payload.revision_id'::text);
-        IF NOT EXISTS (SELECT 1 FROM querylayer.content_revisions WHERE id = v_rid AND content_id = v_cid) THEN
+        SELECT * INTO v_rev FROM querylayer.content_revisions WHERE id = v_rid AND content_id = v_cid;
+        IF NOT FOUND THEN
             RAISE EXCEPTION 'payload.revision_id: no revision % of item % on this site', v_rid, v_cid USING ERRCODE = 'QL404';
+        END IF;
+        -- Attribution cannot be borrowed: a card is its author's contributor output, so it cites
+        -- only a revision that a run of the proposing connection wrote.
+        IF v_rev.connection_id IS DISTINCT FROM querylayer.ctx_connection_id() THEN
+            RAISE EXCEPTION 'payload.revision_id: revision % was not written by this connection''s runs; a card cites only its own work',
+                v_rid USING ERRCODE = 'QL403',
+                HINT = 'write the revision with querylayer_create_draft in a run of this connection, then propose it';
         END IF;
         -- Contributor output may cite what commissioned or fed it (a brief, staged source records).
         PERFORM querylayer.check_draft_references(p_payload);
@@ -1018,7 +1072,9 @@ BEGIN
         RAISE EXCEPTION 'turn % was not claimed by this connection', p_turn_id USING ERRCODE = 'QL403';
     END IF;
     IF v.state <> 'claimed' THEN
-        RAISE EXCEPTION 'turn % is %', p_turn_id, v.state USING ERRCODE = 'QL422';
+        RAISE EXCEPTION 'turn % is %; nothing more is accepted for it', p_turn_id,
+            v.state || coalesce(' (' || v.failure_reason || ')', '') USING ERRCODE = 'QL422',
+            HINT = CASE WHEN v.state IN ('failed', 'cancelled') THEN 'a member may re-open the turn' END;
     END IF;
     RETURN v;
 END
@@ -1104,11 +1160,20 @@ BEGIN
        IS DISTINCT FROM (OLD.id, OLD.site_id, OLD.conversation_id, OLD.request, OLD.created_by, OLD.created_at) THEN
         RAISE EXCEPTION 'a turn''s request is immutable' USING ERRCODE = 'QL423';
     END IF;
+    IF OLD.state IN ('failed', 'cancelled') AND NEW.state = 'queued' THEN
+        IF querylayer.ctx_kind() IS DISTINCT FROM 'member' THEN
+            RAISE EXCEPTION 'only a member re-opens a % turn', OLD.state USING ERRCODE = 'QL403';
+        END IF;
+        RETURN NEW;
+    END IF;
     IF NOT ((OLD.state = 'queued' AND NEW.state IN ('claimed', 'failed', 'cancelled'))
          OR (OLD.state = 'claimed' AND NEW.state IN ('completed', 'failed', 'cancelled'))
          OR (OLD.state = NEW.state AND OLD.state = 'claimed'
              AND NEW.claimed_connection_id IS NOT DISTINCT FROM OLD.claimed_connection_id)) THEN
         RAISE EXCEPTION 'a turn cannot go from % to %', OLD.state, NEW.state USING ERRCODE = 'QL422';
+    END IF;
+    IF NEW.retries_used < OLD.retries_used THEN
+        RAISE EXCEPTION 'a turn''s retry budget is restored only when a member re-opens it' USING ERRCODE = 'QL423';
     END IF;
     IF OLD.state = 'claimed' AND NEW.claimed_connection_id IS DISTINCT FROM OLD.claimed_connection_id THEN
         RAISE EXCEPTION 'a claimed turn stays with its claimant' USING ERRCODE = 'QL423';
@@ -1755,16 +1820,116 @@ CREATE OR REPLACE FUNCTION querylayer.fail_plan(p_plan_id uuid, p_reason text)
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_turn uuid;
 BEGIN
     UPDATE querylayer.task_steps SET state = 'cancelled', failure_reason = coalesce(failure_reason, 'the plan failed: ' || p_reason)
      WHERE plan_id = p_plan_id AND state IN ('pending', 'running', 'awaiting_approval');
     UPDATE querylayer.task_plans SET state = 'failed', ended_at = now(), failure_reason = p_reason
-     WHERE id = p_plan_id AND state = 'active';
-    PERFORM querylayer.audit('plan.fail'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
+     WHERE id = p_plan_id AND state = 'active'
+    RETURNING turn_id INTO v_turn;
+    IF v_turn IS NOT NULL THEN
+        PERFORM querylayer.audit('plan.fail'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
+        PERFORM querylayer.fail_turn(v_turn, p_reason);
+    END IF;
 END
 $function$;
 ALTER FUNCTION querylayer.fail_plan(uuid,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.fail_plan(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.fail_tasks_on_unbinding()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_row  jsonb := to_jsonb(CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END);
+    v_site uuid := (v_row->>'site_id')::uuid;
+    v_prev uuid := querylayer.ctx_site_id();
+BEGIN
+    -- An operator acting for another site (or for none) acts for this row's site meanwhile.
+    IF querylayer.ctx_is_operator() AND v_prev IS DISTINCT FROM v_site THEN
+        PERFORM querylayer.enter_operator(v_site);
+    END IF;
+    PERFORM querylayer.fail_unbound_tasks(v_site, (v_row->>'agent_id')::uuid, true);
+    IF querylayer.ctx_is_operator() AND v_prev IS DISTINCT FROM v_site THEN
+        PERFORM querylayer.enter_operator(v_prev);
+    END IF;
+    RETURN NULL;
+END
+$function$;
+ALTER FUNCTION querylayer.fail_tasks_on_unbinding() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.fail_tasks_on_unbinding() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.fail_turn(p_turn_id uuid, p_reason text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    UPDATE querylayer.console_turns SET state = 'failed', ended_at = now(), outcome = 'failed', failure_reason = p_reason
+     WHERE id = p_turn_id AND state = 'claimed';
+    IF FOUND THEN
+        PERFORM querylayer.audit('turn.fail_closed'::text, p_turn_id::text, jsonb_build_object('reason', p_reason));
+    END IF;
+END
+$function$;
+ALTER FUNCTION querylayer.fail_turn(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.fail_turn(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.fail_unbound_tasks(p_site_id uuid, p_agent_id uuid, p_wait boolean, p_queued boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_turn    querylayer.console_turns;
+    v_problem record;
+    v_plan    querylayer.task_plans;
+    v_closed  jsonb := '[]';
+BEGIN
+    FOR v_turn IN
+        SELECT t.* FROM querylayer.console_turns t
+          JOIN querylayer.console_conversations c ON c.id = t.conversation_id
+         WHERE t.site_id = p_site_id
+           AND (t.state = 'claimed' OR (p_queued AND t.state = 'queued'))
+           AND (p_agent_id IS NULL OR c.agent_id = p_agent_id)
+         ORDER BY t.created_at, t.id
+    LOOP
+        -- Only a turn with a problem is locked (then looked at again: a call may have ended it).
+        CONTINUE WHEN (querylayer.task_binding_problem(v_turn)).reason IS NULL;
+        IF p_wait THEN
+            SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = v_turn.id FOR UPDATE;
+        ELSE
+            SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = v_turn.id FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+        END IF;
+        CONTINUE WHEN v_turn.state NOT IN ('claimed', 'queued');
+        v_problem := querylayer.task_binding_problem(v_turn);
+        CONTINUE WHEN v_problem.reason IS NULL;
+        v_plan := querylayer.current_plan(v_turn.id);
+        IF v_problem.step_id IS NOT NULL THEN
+            UPDATE querylayer.task_steps SET state = 'failed', failure_reason = v_problem.step_reason
+             WHERE id = v_problem.step_id AND state IN ('pending', 'running');
+        END IF;
+        IF v_plan.state = 'active' THEN
+            PERFORM querylayer.fail_plan(v_plan.id, v_problem.reason);
+        END IF;
+        IF v_turn.state = 'queued' THEN
+            UPDATE querylayer.console_turns SET state = 'failed', ended_at = now(), outcome = 'failed',
+                   failure_reason = v_problem.reason
+             WHERE id = v_turn.id;
+            PERFORM querylayer.audit('turn.fail_closed'::text, v_turn.id::text, jsonb_build_object('reason', v_problem.reason));
+        ELSE
+            PERFORM querylayer.fail_turn(v_turn.id, v_problem.reason);
+        END IF;
+        v_closed := v_closed || jsonb_build_object('turn_id', v_turn.id, 'reason', v_problem.reason);
+    END LOOP;
+    RETURN v_closed;
+END
+$function$;
+ALTER FUNCTION querylayer.fail_unbound_tasks(uuid,uuid,boolean,boolean) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.fail_unbound_tasks(uuid,uuid,boolean,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.forbid_change()
  RETURNS trigger
@@ -1779,6 +1944,17 @@ END
 $function$;
 ALTER FUNCTION querylayer.forbid_change() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.forbid_change() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.form_rejected_since()
+ RETURNS date
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT ((now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text))) AT TIME ZONE 'UTC')::date
+$function$;
+ALTER FUNCTION querylayer.form_rejected_since() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.form_rejected_since() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.form_screening_events_guard()
  RETURNS trigger
@@ -2265,27 +2441,32 @@ $function$;
 ALTER FUNCTION querylayer.limit_values(regclass,boolean) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.limit_values(regclass,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-CREATE OR REPLACE FUNCTION querylayer.list_proposals(p_state text, p_limit integer)
+CREATE OR REPLACE FUNCTION querylayer.list_proposals(p_state text, p_limit integer, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.proposal_state_filter(p_state);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(j ORDER BY (j->>'created_at') DESC, j->>'proposal_id'), '[]')
-              FROM (SELECT querylayer.proposal_json(p.id) AS j
-                      FROM querylayer.proposals p
-                     WHERE p.site_id = querylayer.ctx_site_id()) all_
-             WHERE p_state IS NULL OR j->>'state' = p_state
-             LIMIT p_limit);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('proposals'::text, p_cursor);
+    RETURN querylayer.page('proposals'::text, 'proposals'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', x.j, 'key', querylayer.page_key(x.created_at), 'id', x.id)
+                         ORDER BY x.created_at DESC, x.id DESC)
+          FROM (SELECT p.id, p.created_at, pj.j
+                  FROM querylayer.proposals p CROSS JOIN LATERAL (SELECT querylayer.proposal_json(p.id) AS j) pj
+                 WHERE p.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (p.created_at, p.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                   AND (p_state IS NULL OR pj.j->>'state' = p_state)
+                 ORDER BY p.created_at DESC, p.id DESC LIMIT p_limit + 1) x));
 END
 $function$;
-ALTER FUNCTION querylayer.list_proposals(text,integer) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.list_proposals(text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+ALTER FUNCTION querylayer.list_proposals(text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.list_proposals(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.lock_ledger_head(p_site uuid)
  RETURNS void
@@ -2655,6 +2836,94 @@ END
 $function$;
 ALTER FUNCTION querylayer.package_json(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.package_json(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.page(p_list text, p_name text, p_limit integer, p_rows jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT pg_catalog.jsonb_build_object(
+        p_name, coalesce((SELECT pg_catalog.jsonb_agg(r.value->'item' ORDER BY r.o)
+                            FROM pg_catalog.jsonb_array_elements(coalesce(p_rows, '[]')) WITH ORDINALITY AS r(value, o)
+                           WHERE r.o <= p_limit), '[]'),
+        'next_cursor', CASE WHEN pg_catalog.jsonb_array_length(coalesce(p_rows, '[]')) > p_limit THEN
+                           querylayer.page_cursor(p_list, p_rows->(p_limit - 1)->>'key', (p_rows->(p_limit - 1)->>'id')::uuid)
+                       END)
+$function$;
+ALTER FUNCTION querylayer.page(text,text,integer,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.page(text,text,integer,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.page_after(p_list text, p_cursor text, OUT after_key text, OUT after_id uuid)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v jsonb;
+BEGIN
+    IF p_cursor IS NULL THEN
+        RETURN;
+    END IF;
+    BEGIN
+        v := pg_catalog.convert_from(pg_catalog.decode(
+                 pg_catalog.rpad(pg_catalog.translate(p_cursor, '-_', '+/'), (length(p_cursor) + 3) / 4 * 4, '='),
+                 'base64'), 'UTF8')::jsonb;
+        IF jsonb_typeof(v) = 'array' AND jsonb_array_length(v) = 3 AND v->>0 = p_list THEN
+            after_key := v->>1;
+            after_id := (v->>2)::uuid;
+        END IF;
+    EXCEPTION WHEN others THEN
+        after_id := NULL;
+    END;
+    IF after_id IS NULL OR after_key IS NULL THEN
+        RAISE EXCEPTION 'cursor: not a cursor of this list' USING ERRCODE = '22023',
+            HINT = 'pass the next_cursor of the previous page unchanged';
+    END IF;
+END
+$function$;
+ALTER FUNCTION querylayer.page_after(text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.page_after(text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.page_cursor(p_list text, p_key text, p_id uuid)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT pg_catalog.translate(pg_catalog.encode(pg_catalog.convert_to(
+               pg_catalog.jsonb_build_array(p_list, p_key, p_id)::text, 'UTF8'), 'base64'), E'+/=\n', '-_')
+$function$;
+ALTER FUNCTION querylayer.page_cursor(text,text,uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.page_cursor(text,text,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.page_key(p_at timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT pg_catalog.to_jsonb(p_at) #>> '{}'
+$function$;
+ALTER FUNCTION querylayer.page_key(timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.page_key(timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.page_limit(p_limit integer, p_max integer DEFAULT 500)
+ RETURNS integer
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND p_max THEN
+        RAISE EXCEPTION 'limit must be between 1 and %', p_max USING ERRCODE = '22023';
+    END IF;
+    RETURN p_limit;
+END
+$function$;
+ALTER FUNCTION querylayer.page_limit(integer,integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.page_limit(integer,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.partition_maintenance_active()
  RETURNS boolean
@@ -3741,12 +4010,75 @@ AS 'querylayer', $function$story_roster_wrapper$function$;
 ALTER FUNCTION querylayer.story_roster() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.story_roster() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.task_binding_problem(p_turn querylayer.console_turns, p_steps boolean DEFAULT true, OUT reason text, OUT step_id uuid, OUT step_reason text)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_conn  querylayer.connections;
+    v_conv  querylayer.console_conversations;
+    v_plan  querylayer.task_plans;
+    v_step  record;
+BEGIN
+    SELECT * INTO v_conv FROM querylayer.console_conversations WHERE id = p_turn.conversation_id;
+    reason := querylayer.conversation_problem(v_conv);
+    IF reason IS NOT NULL OR p_turn.state <> 'claimed' THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_conn FROM querylayer.connections WHERE id = p_turn.claimed_connection_id;
+    reason := CASE
+        WHEN v_conn.id IS NULL THEN 'the connection that claimed the turn is unknown'
+        WHEN v_conn.revoked_at IS NOT NULL THEN
+            format('connection %s was revoked%s', quote_literal(v_conn.name), coalesce(': ' || v_conn.revoked_reason, ''))
+        WHEN v_conn.expires_at <= now() THEN
+            format('connection %s expired at %s', quote_literal(v_conn.name), v_conn.expires_at)
+        WHEN NOT EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
+                          WHERE p.site_id = v_conn.site_id AND p.agent_id = v_conn.agent_id AND p.scope = 'runs:write')
+             OR NOT 'runs:write' = ANY (v_conn.scopes) THEN
+            'the connection no longer holds runs:write'
+        END;
+    IF reason IS NOT NULL OR NOT p_steps THEN
+        RETURN;
+    END IF;
+    v_plan := querylayer.current_plan(p_turn.id);
+    IF v_plan.state IS DISTINCT FROM 'active' THEN
+        RETURN;
+    END IF;
+    SELECT s.id, s.key, o.required_scope INTO v_step
+      FROM querylayer.task_steps s JOIN querylayer.task_operations o ON o.operation = s.operation
+     WHERE s.plan_id = v_plan.id AND s.state IN ('pending', 'running')
+       AND NOT (o.required_scope = ANY (v_conn.scopes) AND EXISTS (
+                SELECT 1 FROM querylayer.agent_site_permissions p
+                 WHERE p.site_id = v_conn.site_id AND p.agent_id = v_conn.agent_id AND p.scope = o.required_scope))
+     ORDER BY s.ordinal LIMIT 1;
+    IF FOUND THEN
+        reason := format('step %s needs %s, which the connection no longer holds', v_step.key, v_step.required_scope);
+        step_id := v_step.id;
+        step_reason := format('the connection no longer holds %s', v_step.required_scope);
+    END IF;
+END
+$function$;
+ALTER FUNCTION querylayer.task_binding_problem(querylayer.console_turns,boolean) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.task_binding_problem(querylayer.console_turns,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.task_plans_guard()
  RETURNS trigger
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
+    IF TG_OP = 'INSERT' THEN
+        PERFORM 1 FROM querylayer.console_turns t
+          WHERE t.id = NEW.turn_id AND t.state = 'claimed' AND t.claimed_connection_id = NEW.connection_id
+            FOR SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'a plan starts only on a turn its connection holds claimed' USING ERRCODE = 'QL422',
+                HINT = 'a failed or cancelled turn takes no new plan until a member re-opens it';
+        END IF;
+        RETURN NEW;
+    END IF;
     IF TG_OP = 'DELETE' THEN
         RAISE EXCEPTION 'task plans are never deleted' USING ERRCODE = 'QL423';
     END IF;
@@ -3859,7 +4191,7 @@ BEGIN
     SELECT jsonb_build_object(
         'turn_id', t.id, 'conversation_id', t.conversation_id, 'request', t.request, 'state', t.state,
         'created_at', t.created_at, 'claimed_at', t.claimed_at, 'ended_at', t.ended_at, 'outcome', t.outcome,
-        'failure_reason', t.failure_reason, 'result', t.result,
+        'failure_reason', t.failure_reason, 'result', t.result, 'retries_left', 2 - t.retries_used,
         'session_id', c.session_id, 'profile_id', c.profile_id, 'conversation_title', c.title)
       FROM querylayer.console_turns t JOIN querylayer.console_conversations c ON c.id = t.conversation_id
      WHERE t.id = p_turn_id);
@@ -4208,14 +4540,24 @@ DECLARE
 BEGIN
     PERFORM querylayer.require_connection('runs:write'::text);
     IF p_turn_id IS NOT NULL THEN
+        SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = p_turn_id FOR UPDATE;
+        IF FOUND AND v_turn.claimed_connection_id = querylayer.ctx_connection_id()
+           AND v_turn.state IN ('completed', 'failed', 'cancelled') THEN
+            -- The turn ended (failed closed, or a member cancelled it): say so, hand out nothing.
+            RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id), 'status', v_turn.state, 'step', NULL,
+                'reason', v_turn.failure_reason, 'plan', querylayer.plan_json((querylayer.current_plan(v_turn.id)).id));
+        END IF;
         v_turn := querylayer.claimed_turn(p_turn_id);
         v_plan := querylayer.current_plan(v_turn.id);
-        IF v_plan.id IS NULL THEN
+        IF v_plan.id IS NULL OR v_plan.state IN ('failed', 'cancelled') THEN
             RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id), 'plan', NULL, 'status', 'needs_plan',
                 'hint', 'create a task plan for this turn with querylayer_create_task_plan');
         END IF;
         RETURN jsonb_build_object('turn', querylayer.turn_json(v_turn.id)) || querylayer.next_step(v_plan.id, p_session_id);
     END IF;
+    -- The next touch: this agent's turns stranded by a binding that went (a connection that
+    -- expired, say) fail closed now, and are listed under `closed`.
+    v_closed := querylayer.fail_unbound_tasks(querylayer.ctx_site_id(), querylayer.ctx_agent_id(), false);
     LOOP
         SELECT t.* INTO v_turn
           FROM querylayer.console_turns t
@@ -4350,6 +4692,7 @@ DECLARE
     v_ptype   text;
     v_prop    jsonb;
     v_bad     uuid;
+    v_problem record;
 BEGIN
     PERFORM querylayer.require_connection('runs:write'::text);
     v_turn := querylayer.claimed_turn(p_turn_id);
@@ -4403,12 +4746,21 @@ BEGIN
     IF v_step.state <> 'running' THEN
         RAISE EXCEPTION 'step % is %, not running; claim it first', v_step.key, v_step.state USING ERRCODE = 'QL422';
     END IF;
+    -- Work reported for a task whose binding went is not accepted: the task fails closed (here
+    -- the refusal rolls back, so the next claim or the worker's pass records it).
+    v_problem := querylayer.task_binding_problem(v_turn, false);
+    IF v_problem.reason IS NOT NULL THEN
+        RAISE EXCEPTION 'the report on step % is refused: %', v_step.key, v_problem.reason USING ERRCODE = 'QL422',
+            HINT = 'the task fails closed; a member may re-open the turn';
+    END IF;
     IF p_outcome = 'failed' THEN
-        IF v_step.retry_count < 2 THEN
+        IF v_turn.retries_used < 2 THEN
             UPDATE querylayer.task_steps SET state = 'pending', retry_count = retry_count + 1,
                    failure_reason = p_summary, run_id = coalesce(p_run_ids[1], run_id)
              WHERE id = v_step.id;
-            PERFORM querylayer.audit('step.retry'::text, v_step.id::text, jsonb_build_object('retry', v_step.retry_count + 1));
+            UPDATE querylayer.console_turns SET retries_used = retries_used + 1 WHERE id = v_turn.id;
+            PERFORM querylayer.audit('step.retry'::text, v_step.id::text,
+                jsonb_build_object('retry', v_step.retry_count + 1, 'turn_retries_left', 1 - v_turn.retries_used));
         ELSE
             UPDATE querylayer.task_steps SET state = 'failed', failure_reason = coalesce(p_summary, 'failed'),
                    run_id = coalesce(p_run_ids[1], run_id)
@@ -4486,16 +4838,20 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_cancel_plan(p_plan_id uuid, p_
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_plan querylayer.task_plans;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
-    UPDATE querylayer.task_steps SET state = 'cancelled', failure_reason = p_reason
-     WHERE plan_id = p_plan_id AND state IN ('pending', 'running', 'awaiting_approval');
-    UPDATE querylayer.task_plans SET state = 'cancelled', ended_at = now(), failure_reason = p_reason
-     WHERE id = p_plan_id AND state = 'active';
-    IF NOT FOUND THEN
+    SELECT * INTO v_plan FROM querylayer.task_plans WHERE id = p_plan_id;
+    IF FOUND THEN
+        -- The turn first, as every writer of a task does, so a harness's call and this cancel queue.
+        PERFORM 1 FROM querylayer.console_turns WHERE id = v_plan.turn_id FOR UPDATE;
+        SELECT * INTO v_plan FROM querylayer.task_plans WHERE id = p_plan_id;
+    END IF;
+    IF v_plan.state IS DISTINCT FROM 'active' THEN
         RAISE EXCEPTION 'no active plan % on this site', p_plan_id USING ERRCODE = 'QL404';
     END IF;
-    PERFORM querylayer.audit('plan.cancel'::text, p_plan_id::text, jsonb_build_object('reason', p_reason));
+    PERFORM querylayer.cancel_turn(v_plan.turn_id, coalesce(p_reason, 'cancelled by a member'));
     RETURN querylayer.plan_json(p_plan_id);
 END
 $function$;
@@ -4521,6 +4877,32 @@ ALTER FUNCTION querylayer_api.console_cancel_run(uuid,text) OWNER TO querylayer_
 REVOKE ALL ON FUNCTION querylayer_api.console_cancel_run(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_cancel_run(uuid,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_cancel_run(uuid,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_cancel_turn(p_turn_id uuid, p_reason text DEFAULT 'cancelled by a member'::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_turn querylayer.console_turns;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
+    SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = p_turn_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no console turn % on this site', p_turn_id USING ERRCODE = 'QL404';
+    END IF;
+    IF v_turn.state NOT IN ('queued', 'claimed') THEN
+        RAISE EXCEPTION 'turn % is already %', p_turn_id, v_turn.state USING ERRCODE = 'QL422';
+    END IF;
+    PERFORM querylayer.cancel_turn(v_turn.id, coalesce(p_reason, 'cancelled by a member'));
+    RETURN querylayer.turn_json(v_turn.id);
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_cancel_turn(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_cancel_turn(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_cancel_turn(uuid,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_cancel_turn(uuid,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.console_close_evidence_review(p_review_id uuid, p_note text DEFAULT NULL::text)
  RETURNS jsonb
@@ -4675,15 +5057,20 @@ REVOKE ALL ON FUNCTION querylayer_api.console_get_turn(uuid) FROM PUBLIC, queryl
 GRANT EXECUTE ON FUNCTION querylayer_api.console_get_turn(uuid) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_get_turn(uuid) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.console_list_connections()
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_connections(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('connections'::text, p_cursor);
+    RETURN querylayer.page('connections'::text, 'connections'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(c.created_at), 'id', c.id, 'item', jsonb_build_object(
                 'connection_id', c.id, 'name', c.name, 'agent', a.handle, 'prefix', c.prefix, 'did', c.did,
                 'scopes', to_jsonb(c.scopes),
                 'effective_scopes', to_jsonb(ARRAY(SELECT s FROM unnest(c.scopes) s
@@ -4691,66 +5078,90 @@ BEGIN
                                    WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = s) ORDER BY s)),
                 'harness', c.harness, 'expires_at', c.expires_at,
                 'state', CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.expires_at <= now() THEN 'expired' ELSE 'active' END,
-                'created_at', c.created_at, 'revoked_at', c.revoked_at) ORDER BY c.created_at, c.id), '[]')
-              FROM querylayer.connections c JOIN querylayer.agents a ON a.id = c.agent_id
-             WHERE c.site_id = querylayer.ctx_site_id());
+                'created_at', c.created_at, 'revoked_at', c.revoked_at)) ORDER BY c.created_at DESC, c.id DESC)
+          FROM (SELECT * FROM querylayer.connections x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at DESC, x.id DESC LIMIT p_limit + 1) c
+          JOIN querylayer.agents a ON a.id = c.agent_id));
 END
 $function$;
-ALTER FUNCTION querylayer_api.console_list_connections() OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.console_list_connections() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_list_connections() TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_list_connections() TO querylayer_edge;
+ALTER FUNCTION querylayer_api.console_list_connections(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_connections(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_connections(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_connections(integer,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.console_list_conversations()
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_conversations(p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('conversations'::text, p_cursor);
+    RETURN querylayer.page('conversations'::text, 'conversations'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(c.created_at), 'id', c.id, 'item', jsonb_build_object(
                 'conversation_id', c.id, 'title', c.title, 'session_id', c.session_id, 'profile_id', c.profile_id,
                 'agent', a.handle, 'profile_name', a.profile_name, 'created_at', c.created_at,
                 'problem', querylayer.conversation_problem(c),
-                'turns', (SELECT coalesce(jsonb_agg(querylayer.turn_json(t.id) ORDER BY t.created_at), '[]')
-                            FROM querylayer.console_turns t WHERE t.conversation_id = c.id)) ORDER BY c.created_at), '[]')
-              FROM querylayer.console_conversations c JOIN querylayer.agents a ON a.id = c.agent_id
-             WHERE c.site_id = querylayer.ctx_site_id());
+                'turn_count', (SELECT count(*) FROM querylayer.console_turns t WHERE t.conversation_id = c.id),
+                'turns', (SELECT coalesce(jsonb_agg(querylayer.turn_json(t.id) ORDER BY t.created_at, t.id), '[]')
+                            FROM (SELECT * FROM querylayer.console_turns t WHERE t.conversation_id = c.id
+                                   ORDER BY t.created_at DESC, t.id DESC LIMIT 20) t)))
+               ORDER BY c.created_at DESC, c.id DESC)
+          FROM (SELECT * FROM querylayer.console_conversations x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at DESC, x.id DESC LIMIT p_limit + 1) c
+          JOIN querylayer.agents a ON a.id = c.agent_id));
 END
 $function$;
-ALTER FUNCTION querylayer_api.console_list_conversations() OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.console_list_conversations() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_list_conversations() TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_list_conversations() TO querylayer_edge;
+ALTER FUNCTION querylayer_api.console_list_conversations(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_conversations(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_conversations(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_conversations(integer,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.console_list_evidence_reviews(p_state text DEFAULT 'open'::text)
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_evidence_reviews(p_state text DEFAULT 'open'::text, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('evidence_reviews'::text, p_cursor);
+    RETURN querylayer.page('evidence_reviews'::text, 'reviews'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(r.opened_at), 'id', r.id, 'item', jsonb_build_object(
                 'review_id', r.id, 'reason', r.reason, 'state', r.state, 'opened_at', r.opened_at,
                 'evidence', jsonb_build_object('evidence_id', e.id, 'claim', e.claim, 'source_url', e.source_url,
                                                'quoted_span', e.quoted_span, 'source_sha256', e.source_sha256),
                 'observed', jsonb_build_object('http_status', a.http_status, 'sha256', a.observed_sha256,
                                                'excerpt', a.observed_excerpt, 'attempted_at', a.attempted_at),
-                'reviewer_note', r.reviewer_note) ORDER BY r.opened_at), '[]')
-              FROM querylayer.evidence_reviews r
-              JOIN querylayer.claim_evidence e ON e.id = r.evidence_id
-              JOIN querylayer.evidence_attempts a ON a.id = r.attempt_id
-             WHERE r.site_id = querylayer.ctx_site_id() AND (p_state IS NULL OR r.state = p_state));
+                'reviewer_note', r.reviewer_note)) ORDER BY r.opened_at, r.id)
+          FROM (SELECT * FROM querylayer.evidence_reviews x
+                 WHERE x.site_id = querylayer.ctx_site_id() AND (p_state IS NULL OR x.state = p_state)
+                   AND (v_after.after_id IS NULL
+                        OR (x.opened_at, x.id) > (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.opened_at, x.id LIMIT p_limit + 1) r
+          JOIN querylayer.claim_evidence e ON e.id = r.evidence_id
+          JOIN querylayer.evidence_attempts a ON a.id = r.attempt_id));
 END
 $function$;
-ALTER FUNCTION querylayer_api.console_list_evidence_reviews(text) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.console_list_evidence_reviews(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_list_evidence_reviews(text) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_list_evidence_reviews(text) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.console_list_evidence_reviews(text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_evidence_reviews(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_evidence_reviews(text,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_evidence_reviews(text,integer,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.console_list_proposals(p_state text DEFAULT 'pending'::text, p_limit integer DEFAULT 50)
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_proposals(p_state text DEFAULT 'pending'::text, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
@@ -4758,13 +5169,43 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_list_proposals(p_state text DE
 AS $function$
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    RETURN querylayer.list_proposals(p_state, p_limit);
+    RETURN querylayer.list_proposals(p_state, p_limit, p_cursor);
 END
 $function$;
-ALTER FUNCTION querylayer_api.console_list_proposals(text,integer) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.console_list_proposals(text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals(text,integer) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals(text,integer) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.console_list_proposals(text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_proposals(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals(text,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals(text,integer,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_turns(p_conversation_id uuid, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after record;
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('turns'::text, p_cursor);
+    IF NOT EXISTS (SELECT 1 FROM querylayer.console_conversations WHERE id = p_conversation_id) THEN
+        RAISE EXCEPTION 'no conversation % on this site', p_conversation_id USING ERRCODE = 'QL404';
+    END IF;
+    RETURN querylayer.page('turns'::text, 'turns'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', querylayer.turn_json(t.id), 'key', querylayer.page_key(t.created_at),
+                                            'id', t.id) ORDER BY t.created_at, t.id)
+          FROM (SELECT * FROM querylayer.console_turns x
+                 WHERE x.conversation_id = p_conversation_id
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) > (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at, x.id LIMIT p_limit + 1) t));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_list_turns(uuid,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_turns(uuid,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_turns(uuid,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_turns(uuid,integer,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.console_open_conversation(p_profile_id text, p_session_id text, p_title text)
  RETURNS jsonb
@@ -4788,13 +5229,15 @@ BEGIN
         RAISE EXCEPTION 'session % belongs to profile %, not %', p_session_id, v_session.profile_id, coalesce(p_profile_id, 'NULL')
             USING ERRCODE = 'QL422';
     END IF;
-    IF EXISTS (SELECT 1 FROM querylayer.console_conversations WHERE site_id = querylayer.ctx_site_id() AND session_id = p_session_id) THEN
-        RAISE EXCEPTION 'session % already has its conversation', p_session_id USING ERRCODE = 'QL409';
-    END IF;
     INSERT INTO querylayer.console_conversations (site_id, agent_id, profile_id, session_id, title, opened_by)
     VALUES (querylayer.ctx_site_id(), v_session.agent_id, v_session.profile_id, p_session_id,
             coalesce(p_title, 'Conversation'), querylayer.ctx_member_id())
+    ON CONFLICT DO NOTHING
     RETURNING * INTO v_conv;
+    IF v_conv.id IS NULL THEN
+        RAISE EXCEPTION 'session % already has its conversation', p_session_id USING ERRCODE = 'QL409',
+            HINT = 'one Hermes session has one conversation; list conversations to find it';
+    END IF;
     v_problem := querylayer.conversation_problem(v_conv);
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION 'cannot open the conversation: %', v_problem USING ERRCODE = 'QL422';
@@ -4816,7 +5259,8 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_register_session(p_profile_id 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_agent querylayer.agents;
+    v_agent    querylayer.agents;
+    v_existing querylayer.agent_sessions;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
     v_agent := querylayer.agent_by_profile_id(p_profile_id);
@@ -4826,11 +5270,25 @@ BEGIN
     IF p_session_id IS NULL OR p_session_id !~ '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$' THEN
         RAISE EXCEPTION 'session_id: letters, digits and ._:- (at most 128) are required' USING ERRCODE = '22023';
     END IF;
-    IF EXISTS (SELECT 1 FROM querylayer.agent_sessions WHERE site_id = querylayer.ctx_site_id() AND session_id = p_session_id) THEN
+    -- One stored session, one registration: concurrent registrations (on this site or any other)
+    -- insert it once; every other one is told where it stands. Another site's row is invisible
+    -- here, but its key is not.
+    INSERT INTO querylayer.agent_sessions (site_id, session_id, agent_id, profile_id, registered_by)
+    VALUES (querylayer.ctx_site_id(), p_session_id, v_agent.id, v_agent.profile_id, querylayer.ctx_member_id())
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT * INTO v_existing FROM querylayer.agent_sessions
+         WHERE site_id = querylayer.ctx_site_id() AND session_id = p_session_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'session % of profile % is registered on another site; one Hermes session has one conversation',
+                p_session_id, v_agent.profile_id USING ERRCODE = 'QL409',
+                HINT = 'open its conversation on the site that registered it; QueryLayer never opens a second one';
+        ELSIF v_existing.profile_id IS DISTINCT FROM v_agent.profile_id THEN
+            RAISE EXCEPTION 'session id % is already registered on this site, for profile %', p_session_id, v_existing.profile_id
+                USING ERRCODE = 'QL409';
+        END IF;
         RAISE EXCEPTION 'session % is already registered on this site', p_session_id USING ERRCODE = 'QL409';
     END IF;
-    INSERT INTO querylayer.agent_sessions (site_id, session_id, agent_id, profile_id, registered_by)
-    VALUES (querylayer.ctx_site_id(), p_session_id, v_agent.id, v_agent.profile_id, querylayer.ctx_member_id());
     PERFORM querylayer.audit('session.register'::text, p_session_id, jsonb_build_object('profile_id', p_profile_id));
     RETURN jsonb_build_object('session_id', p_session_id, 'profile_id', v_agent.profile_id, 'agent', v_agent.handle);
 END
@@ -4839,6 +5297,48 @@ ALTER FUNCTION querylayer_api.console_register_session(text,text) OWNER TO query
 REVOKE ALL ON FUNCTION querylayer_api.console_register_session(text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_register_session(text,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_register_session(text,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_reopen_turn(p_turn_id uuid, p_note text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_turn    querylayer.console_turns;
+    v_conv    querylayer.console_conversations;
+    v_problem text;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin', 'editor']);
+    IF p_note IS NOT NULL AND length(p_note) > 4000 THEN
+        RAISE EXCEPTION 'note: at most 4000 characters' USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_turn FROM querylayer.console_turns WHERE id = p_turn_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no console turn % on this site', p_turn_id USING ERRCODE = 'QL404';
+    END IF;
+    IF v_turn.state NOT IN ('failed', 'cancelled') THEN
+        RAISE EXCEPTION 'turn % is %; only a failed or cancelled turn is re-opened', p_turn_id, v_turn.state
+            USING ERRCODE = 'QL422';
+    END IF;
+    SELECT * INTO v_conv FROM querylayer.console_conversations WHERE id = v_turn.conversation_id;
+    v_problem := querylayer.conversation_problem(v_conv);
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION 'turn % cannot be re-opened: %', p_turn_id, v_problem USING ERRCODE = 'QL422';
+    END IF;
+    UPDATE querylayer.console_turns
+       SET state = 'queued', claimed_connection_id = NULL, claimed_session_id = NULL, claimed_at = NULL,
+           ended_at = NULL, outcome = NULL, failure_reason = NULL, result = NULL, retries_used = 0
+     WHERE id = v_turn.id;
+    PERFORM querylayer.audit('turn.reopen'::text, v_turn.id::text,
+        jsonb_build_object('was', v_turn.state, 'reason', v_turn.failure_reason, 'note', p_note));
+    RETURN querylayer.turn_json(v_turn.id);
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_reopen_turn(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_reopen_turn(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_reopen_turn(uuid,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_reopen_turn(uuid,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.console_report_form_screening(p_events jsonb)
  RETURNS jsonb
@@ -4988,13 +5488,15 @@ BEGIN
         END IF;
         v_template := querylayer.newest_template(querylayer.ctx_site_id(), p_template);
         PERFORM querylayer.check_draft_fields(v_template, p_fields);
-        IF EXISTS (SELECT 1 FROM querylayer.content_items WHERE site_id = querylayer.ctx_site_id() AND slug = p_slug) THEN
+        -- Two drafts racing for one new slug: one item, and the other caller is told so.
+        INSERT INTO querylayer.content_items (site_id, slug, template_name)
+        VALUES (querylayer.ctx_site_id(), p_slug, v_template.name)
+        ON CONFLICT (site_id, slug) DO NOTHING
+        RETURNING * INTO v_item;
+        IF v_item.id IS NULL THEN
             RAISE EXCEPTION 'an item with slug % already exists on this site', quote_literal(p_slug) USING ERRCODE = 'QL409',
                 HINT = 'pass its content_id to add a revision';
         END IF;
-        INSERT INTO querylayer.content_items (site_id, slug, template_name)
-        VALUES (querylayer.ctx_site_id(), p_slug, v_template.name)
-        RETURNING * INTO v_item;
     ELSE
         SELECT * INTO v_item FROM querylayer.content_items WHERE id = p_content_id FOR UPDATE;
         IF NOT FOUND THEN
@@ -5199,6 +5701,14 @@ BEGIN
             RAISE EXCEPTION 'steps[%].operation must be one of %', v_n,
                 (SELECT string_agg(operation, ', ' ORDER BY operation) FROM querylayer.task_operations) USING ERRCODE = '22023';
         END IF;
+        -- A step this connection could never run is not planned (the scheduler checks again
+        -- when it hands the step out, and the task fails closed if the permission goes).
+        SELECT required_scope INTO v_bad FROM querylayer.task_operations
+         WHERE operation = v_step->>'operation' AND NOT required_scope = ANY (querylayer.ctx_scopes());
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION 'steps[%] (%) needs %, which this connection does not hold', v_n, v_step->>'operation', v_bad
+                USING ERRCODE = 'QL403';
+        END IF;
         IF jsonb_typeof(v_step->'instructions') IS DISTINCT FROM 'string' OR length(v_step->>'instructions') NOT BETWEEN 1 AND 4000 THEN
             RAISE EXCEPTION 'steps[%].instructions: 1 to 4000 characters are required', v_n USING ERRCODE = '22023';
         END IF;
@@ -5385,6 +5895,8 @@ CREATE OR REPLACE FUNCTION querylayer_api.form_screening_metrics(p_days integer 
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_since date := querylayer.form_rejected_since();
 BEGIN
     PERFORM querylayer.require_principal('site:read'::text);
     IF p_days IS NULL OR p_days NOT BETWEEN 1 AND 366 THEN
@@ -5393,12 +5905,14 @@ BEGIN
     RETURN jsonb_build_object(
         'days', p_days,
         'rejected_raw_retention_days', querylayer.setting_int('form_rejected_retention_days'::text),
+        'rejected_since', v_since,
         'counts', (SELECT coalesce(jsonb_agg(jsonb_build_object('day', d.day, 'form', d.form_key, 'decision', d.decision,
                                                                'reason', d.reason, 'count', d.events)
                                              ORDER BY d.day, d.form_key, d.decision, d.reason), '[]')
                      FROM querylayer.form_screening_daily d
                     WHERE d.site_id = querylayer.ctx_site_id()
                       AND d.day > (now() AT TIME ZONE 'UTC')::date - p_days
+                      AND (d.decision <> 'rejected' OR d.day >= v_since)
                       AND (p_form IS NULL OR d.form_key = p_form)));
 END
 $function$;
@@ -5732,102 +6246,124 @@ ALTER FUNCTION querylayer_api.list_connections(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.list_connections(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_connections(text) TO querylayer_admin;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_content(p_state text DEFAULT NULL::text, p_limit integer DEFAULT 50)
+CREATE OR REPLACE FUNCTION querylayer_api.list_content(p_state text DEFAULT NULL::text, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
     IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
         RAISE EXCEPTION 'state must be draft, published or archived; got %', quote_literal(p_state) USING ERRCODE = '22023';
     END IF;
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(querylayer.content_json(i) ORDER BY i.updated_at DESC, i.id), '[]')
-              FROM (SELECT * FROM querylayer.content_items c
-                     WHERE c.site_id = querylayer.ctx_site_id()
-                       AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
-                     ORDER BY c.updated_at DESC, c.id LIMIT p_limit) i);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('content'::text, p_cursor);
+    RETURN querylayer.page('content'::text, 'items'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', querylayer.content_json(i), 'key', querylayer.page_key(i.created_at),
+                                            'id', i.id) ORDER BY i.created_at DESC, i.id DESC)
+          FROM (SELECT * FROM querylayer.content_items c
+                 WHERE c.site_id = querylayer.ctx_site_id()
+                   AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
+                   AND (v_after.after_id IS NULL
+                        OR (c.created_at, c.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY c.created_at DESC, c.id DESC LIMIT p_limit + 1) i));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_content(text,integer) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_content(text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_content(text,integer) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_content(text,integer) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_content(text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_content(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_content(text,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_content(text,integer,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_content_briefs(p_limit integer DEFAULT 50)
+CREATE OR REPLACE FUNCTION querylayer_api.list_content_briefs(p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('briefs'::text, p_cursor);
+    RETURN querylayer.page('briefs'::text, 'briefs'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(b.created_at), 'id', b.id, 'item', jsonb_build_object(
                 'brief_id', b.id, 'topic', b.topic_slug, 'title', b.title, 'brief', b.brief,
                 'commissioned_by_proposal', b.proposal_id, 'created_at', b.created_at,
-                'record_sha256', encode(b.record_sha256, 'hex')) ORDER BY b.created_at DESC), '[]')
-              FROM (SELECT * FROM querylayer.content_briefs WHERE site_id = querylayer.ctx_site_id()
-                     ORDER BY created_at DESC LIMIT p_limit) b);
+                'record_sha256', encode(b.record_sha256, 'hex'))) ORDER BY b.created_at DESC, b.id DESC)
+          FROM (SELECT * FROM querylayer.content_briefs x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at DESC, x.id DESC LIMIT p_limit + 1) b));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_content_briefs(integer) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_content_briefs(integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_content_briefs(integer) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_content_briefs(integer) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_content_briefs(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_content_briefs(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_content_briefs(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_content_briefs(integer,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_content_source_packages(p_limit integer DEFAULT 50)
+CREATE OR REPLACE FUNCTION querylayer_api.list_content_source_packages(p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('packages'::text, p_cursor);
+    RETURN querylayer.page('packages'::text, 'packages'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(p.staged_at), 'id', p.id, 'item', jsonb_build_object(
                 'package_id', p.id, 'name', p.name, 'source', p.source, 'package_sha256', p.package_sha256,
                 'record_count', p.record_count, 'invalid_count', p.invalid_count, 'warnings', p.warnings,
-                'staged_at', p.staged_at) ORDER BY p.staged_at DESC), '[]')
-              FROM (SELECT * FROM querylayer.content_source_packages WHERE site_id = querylayer.ctx_site_id()
-                     ORDER BY staged_at DESC LIMIT p_limit) p);
+                'staged_at', p.staged_at)) ORDER BY p.staged_at DESC, p.id DESC)
+          FROM (SELECT * FROM querylayer.content_source_packages x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (x.staged_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.staged_at DESC, x.id DESC LIMIT p_limit + 1) p));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_content_source_packages(integer) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_content_source_packages(integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_content_source_packages(integer) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_content_source_packages(integer) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_content_source_packages(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_content_source_packages(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_content_source_packages(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_content_source_packages(integer,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_content_source_records(p_package_id uuid, p_valid boolean DEFAULT NULL::boolean)
+CREATE OR REPLACE FUNCTION querylayer_api.list_content_source_records(p_package_id uuid, p_valid boolean DEFAULT NULL::boolean, p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
+    PERFORM querylayer.page_limit(p_limit, 1000);
+    v_after := querylayer.page_after('records'::text, p_cursor);
     IF NOT EXISTS (SELECT 1 FROM querylayer.content_source_packages WHERE id = p_package_id) THEN
         RAISE EXCEPTION 'no source package % on this site', p_package_id USING ERRCODE = 'QL404';
     END IF;
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    RETURN querylayer.page('records'::text, 'records'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', r.ordinal::text, 'id', r.id, 'item', jsonb_build_object(
                 'record_id', r.id, 'package_id', r.package_id, 'ordinal', r.ordinal, 'record_sha256', r.record_sha256,
-                'record', r.record, 'valid', r.valid, 'problems', r.problems, 'warnings', r.warnings) ORDER BY r.ordinal), '[]')
-              FROM querylayer.content_source_records r
-             WHERE r.package_id = p_package_id AND (p_valid IS NULL OR r.valid = p_valid));
+                'record', r.record, 'valid', r.valid, 'problems', r.problems, 'warnings', r.warnings)) ORDER BY r.ordinal, r.id)
+          FROM (SELECT * FROM querylayer.content_source_records x
+                 WHERE x.package_id = p_package_id AND (p_valid IS NULL OR x.valid = p_valid)
+                   AND (v_after.after_id IS NULL OR (x.ordinal, x.id) > (v_after.after_key::integer, v_after.after_id))
+                 ORDER BY x.ordinal, x.id LIMIT p_limit + 1) r));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_content_source_records(uuid,boolean) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_content_source_records(uuid,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_content_source_records(uuid,boolean) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_content_source_records(uuid,boolean) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_content_source_records(uuid,boolean,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_content_source_records(uuid,boolean,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_content_source_records(uuid,boolean,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_content_source_records(uuid,boolean,integer,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_envelope_receipts(p_site text DEFAULT NULL::text, p_limit integer DEFAULT 100)
  RETURNS TABLE(at timestamp with time zone, allowed boolean, method text, path text, profile text, sender text, error text, checks jsonb)
@@ -5853,38 +6389,51 @@ ALTER FUNCTION querylayer_api.list_envelope_receipts(text,integer) OWNER TO quer
 REVOKE ALL ON FUNCTION querylayer_api.list_envelope_receipts(text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_envelope_receipts(text,integer) TO querylayer_admin;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_evidence(p_content_id uuid DEFAULT NULL::uuid, p_revision_id uuid DEFAULT NULL::uuid)
+CREATE OR REPLACE FUNCTION querylayer_api.list_evidence(p_content_id uuid DEFAULT NULL::uuid, p_revision_id uuid DEFAULT NULL::uuid, p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('evidence'::text, p_cursor);
+    RETURN querylayer.page('evidence'::text, 'evidence'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(e.created_at), 'id', e.id, 'item', jsonb_build_object(
                 'evidence_id', e.id, 'content_id', e.content_id, 'revision_id', e.revision_id, 'claim', e.claim,
                 'source_url', e.source_url, 'quoted_span', e.quoted_span, 'retrieved_at', e.retrieved_at,
-                'source_sha256', e.source_sha256, 'run_id', e.run_id, 'created_at', e.created_at) ORDER BY e.created_at), '[]')
-              FROM querylayer.claim_evidence e
-             WHERE e.site_id = querylayer.ctx_site_id()
-               AND (p_content_id IS NULL OR e.content_id = p_content_id)
-               AND (p_revision_id IS NULL OR e.revision_id = p_revision_id));
+                'source_sha256', e.source_sha256, 'run_id', e.run_id, 'created_at', e.created_at)) ORDER BY e.created_at, e.id)
+          FROM (SELECT * FROM querylayer.claim_evidence x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (p_content_id IS NULL OR x.content_id = p_content_id)
+                   AND (p_revision_id IS NULL OR x.revision_id = p_revision_id)
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) > (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at, x.id LIMIT p_limit + 1) e));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_evidence(uuid,uuid) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_evidence(uuid,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_evidence(uuid,uuid) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_evidence(uuid,uuid) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_evidence(uuid,uuid,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_evidence(uuid,uuid,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_evidence(uuid,uuid,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_evidence(uuid,uuid,integer,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_evidence_reverification(p_content_id uuid DEFAULT NULL::uuid)
+CREATE OR REPLACE FUNCTION querylayer_api.list_evidence_reverification(p_content_id uuid DEFAULT NULL::uuid, p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('evidence_reverification'::text, p_cursor);
+    RETURN querylayer.page('evidence_reverification'::text, 'evidence'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(e.created_at), 'id', e.id, 'item', jsonb_build_object(
                 'target', jsonb_build_object('evidence_id', e.id, 'content_id', e.content_id, 'revision_id', e.revision_id,
                                              'source_url', e.source_url),
                 'due_job', (SELECT jsonb_build_object('job_id', j.id, 'due_at', j.due_at, 'state', j.state)
@@ -5894,16 +6443,19 @@ BEGIN
                                   ORDER BY a.attempted_at DESC LIMIT 1),
                 'attempts', (SELECT count(*) FROM querylayer.evidence_attempts a WHERE a.evidence_id = e.id),
                 'open_review', (SELECT jsonb_build_object('review_id', r.id, 'reason', r.reason, 'opened_at', r.opened_at)
-                                  FROM querylayer.evidence_reviews r WHERE r.evidence_id = e.id AND r.state = 'open'))
-                ORDER BY e.created_at), '[]')
-              FROM querylayer.claim_evidence e
-             WHERE e.site_id = querylayer.ctx_site_id() AND (p_content_id IS NULL OR e.content_id = p_content_id));
+                                  FROM querylayer.evidence_reviews r WHERE r.evidence_id = e.id AND r.state = 'open')))
+               ORDER BY e.created_at, e.id)
+          FROM (SELECT * FROM querylayer.claim_evidence x
+                 WHERE x.site_id = querylayer.ctx_site_id() AND (p_content_id IS NULL OR x.content_id = p_content_id)
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) > (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at, x.id LIMIT p_limit + 1) e));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_evidence_reverification(uuid) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_evidence_reverification(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_evidence_reverification(uuid) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_evidence_reverification(uuid) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_evidence_reverification(uuid,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_evidence_reverification(uuid,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_evidence_reverification(uuid,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_evidence_reverification(uuid,integer,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_lineage(p_answer_id uuid DEFAULT NULL::uuid, p_limit integer DEFAULT 50)
  RETURNS jsonb
@@ -5928,7 +6480,7 @@ REVOKE ALL ON FUNCTION querylayer_api.list_lineage(uuid,integer) FROM PUBLIC, qu
 GRANT EXECUTE ON FUNCTION querylayer_api.list_lineage(uuid,integer) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_lineage(uuid,integer) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_proposals(p_state text DEFAULT NULL::text, p_limit integer DEFAULT 50)
+CREATE OR REPLACE FUNCTION querylayer_api.list_proposals(p_state text DEFAULT NULL::text, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
@@ -5936,13 +6488,13 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_proposals(p_state text DEFAULT NU
 AS $function$
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    RETURN querylayer.list_proposals(p_state, p_limit);
+    RETURN querylayer.list_proposals(p_state, p_limit, p_cursor);
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_proposals(text,integer) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_proposals(text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_proposals(text,integer) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_proposals(text,integer) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_proposals(text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_proposals(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_proposals(text,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_proposals(text,integer,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_retention_drops(p_limit integer DEFAULT 100)
  RETURNS TABLE(drop_id uuid, table_name text, partition_name text, range_from timestamp with time zone, range_to timestamp with time zone, rows bigint, bytes bigint, dropped_by text, dropped_at timestamp with time zone, statement jsonb, signature text, signature_valid boolean)
@@ -5963,28 +6515,33 @@ ALTER FUNCTION querylayer_api.list_retention_drops(integer) OWNER TO querylayer_
 REVOKE ALL ON FUNCTION querylayer_api.list_retention_drops(integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_retention_drops(integer) TO querylayer_admin;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamp with time zone DEFAULT NULL::timestamp with time zone)
+CREATE OR REPLACE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('runs:read'::text);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(querylayer.run_json(r) ORDER BY r.started_at DESC, r.id), '[]')
-              FROM (SELECT * FROM querylayer.runs
-                     WHERE site_id = querylayer.ctx_site_id()
-                       AND (p_before IS NULL OR started_at < p_before)
-                     ORDER BY started_at DESC, id LIMIT p_limit) r);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('runs'::text, p_cursor);
+    RETURN querylayer.page('runs'::text, 'runs'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', querylayer.run_json(r), 'key', querylayer.page_key(r.started_at),
+                                            'id', r.id) ORDER BY r.started_at DESC, r.id DESC)
+          FROM (SELECT * FROM querylayer.runs
+                 WHERE site_id = querylayer.ctx_site_id()
+                   AND (p_before IS NULL OR started_at < p_before)
+                   AND (v_after.after_id IS NULL
+                        OR (started_at, id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY started_at DESC, id DESC LIMIT p_limit + 1) r));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_runs(integer,timestamp with time zone) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_time_partitions()
  RETURNS TABLE(table_name text, partition_name text, range_from timestamp with time zone, range_to timestamp with time zone, is_default boolean, bytes bigint)
@@ -6001,49 +6558,59 @@ ALTER FUNCTION querylayer_api.list_time_partitions() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.list_time_partitions() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_time_partitions() TO querylayer_admin;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_topical_map()
+CREATE OR REPLACE FUNCTION querylayer_api.list_topical_map(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('topical-map:read'::text);
-    RETURN jsonb_build_object('topics', (
-        SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('topics'::text, p_cursor);
+    RETURN querylayer.page('topics'::text, 'topics'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', t.slug, 'id', t.id, 'item', jsonb_build_object(
                    'topic_id', t.id, 'slug', t.slug, 'title', t.title,
                    'parent', (SELECT p.slug FROM querylayer.topics p WHERE p.id = t.parent_id),
                    'pages', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                                  'content_id', tp.content_id, 'slug', ci.slug, 'role', tp.role,
                                  'state', querylayer.content_state(ci)) ORDER BY tp.role, ci.slug), '[]')
                                FROM querylayer.topic_pages tp JOIN querylayer.content_items ci ON ci.id = tp.content_id
-                              WHERE tp.topic_id = t.id)) ORDER BY t.slug), '[]')
-          FROM querylayer.topics t WHERE t.site_id = querylayer.ctx_site_id()));
+                              WHERE tp.topic_id = t.id))) ORDER BY t.slug, t.id)
+          FROM (SELECT * FROM querylayer.topics x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL OR (x.slug, x.id) > (v_after.after_key, v_after.after_id))
+                 ORDER BY x.slug, x.id LIMIT p_limit + 1) t));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_topical_map() OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_topical_map() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_topical_map() TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_topical_map() TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_topical_map(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_topical_map(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_topical_map(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_topical_map(integer,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_topical_strategy_opportunities(p_state text DEFAULT NULL::text, p_limit integer DEFAULT 100)
+CREATE OR REPLACE FUNCTION querylayer_api.list_topical_strategy_opportunities(p_state text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('topical-map:read'::text);
     IF p_state IS NOT NULL AND p_state NOT IN ('new', 'matched', 'proposed', 'accepted', 'rejected') THEN
         RAISE EXCEPTION 'state must be new, matched, proposed, accepted or rejected' USING ERRCODE = '22023';
     END IF;
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 500 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 500' USING ERRCODE = '22023';
-    END IF;
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('opportunities'::text, p_cursor);
     RETURN jsonb_build_object(
-        'note', 'Imported planning inputs with provenance. Signals are the source''s own estimates, not measured search performance.',
-        'opportunities', (SELECT coalesce(jsonb_agg(o ORDER BY o->>'imported_at', o->>'opportunity_id'), '[]') FROM (
-            SELECT jsonb_build_object(
+        'note', 'Imported planning inputs with provenance. Signals are the source''s own estimates, not measured search performance.')
+        || querylayer.page('opportunities'::text, 'opportunities'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('item', q.o, 'key', querylayer.page_key(q.imported_at), 'id', q.id)
+                         ORDER BY q.imported_at, q.id) FROM (
+            SELECT s.id, b.imported_at, jsonb_build_object(
                 'opportunity_id', s.id, 'external_id', s.external_id, 'topic', s.topic_slug, 'title', s.title,
                 'rationale', s.rationale, 'planning_signals', s.signals,
                 'provenance', jsonb_build_object('source', b.source, 'import_batch_id', b.id, 'imported_at', b.imported_at),
@@ -6066,13 +6633,16 @@ BEGIN
                               ORDER BY p.created_at DESC LIMIT 1)) AS pj) x) r
              WHERE s.site_id = querylayer.ctx_site_id()
                AND (p_state IS NULL OR r.state = p_state)
-             LIMIT p_limit) q));
+               AND (v_after.after_id IS NULL
+                    OR (b.imported_at, s.id) > (v_after.after_key::timestamptz, v_after.after_id))
+             ORDER BY b.imported_at, s.id
+             LIMIT p_limit + 1) q));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_topical_strategy_opportunities(text,integer) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_topical_strategy_opportunities(text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_topical_strategy_opportunities(text,integer) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_topical_strategy_opportunities(text,integer) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_topical_strategy_opportunities(text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_topical_strategy_opportunities(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_topical_strategy_opportunities(text,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_topical_strategy_opportunities(text,integer,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.make_evidence_jobs_due(p_site text)
  RETURNS integer
@@ -6319,8 +6889,9 @@ CREATE OR REPLACE FUNCTION querylayer_api.record_claim_evidence(p_run_id uuid, p
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_rev querylayer.content_revisions;
-    v_ev  querylayer.claim_evidence;
+    v_rev  querylayer.content_revisions;
+    v_item querylayer.content_items;
+    v_ev   querylayer.claim_evidence;
 BEGIN
     PERFORM querylayer.require_connection('content:write'::text);
     IF p_run_id IS NULL THEN
@@ -6329,6 +6900,18 @@ BEGIN
     SELECT * INTO v_rev FROM querylayer.content_revisions WHERE id = p_revision_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'revision_id: no revision % on this site', p_revision_id USING ERRCODE = 'QL404';
+    END IF;
+    -- A draft revision: the item's current draft, not live. The item is locked so that a publish
+    -- executing now cannot slip between this check and the insert.
+    SELECT * INTO v_item FROM querylayer.content_items WHERE id = v_rev.content_id FOR SHARE;
+    IF v_item.published_revision_id IS NOT DISTINCT FROM v_rev.id THEN
+        RAISE EXCEPTION 'revision_id: revision % is live; evidence is recorded for claims in a draft revision', p_revision_id
+            USING ERRCODE = 'QL422', HINT = 'write a new draft with querylayer_create_draft and record the evidence there';
+    END IF;
+    IF v_item.draft_revision_id IS DISTINCT FROM v_rev.id THEN
+        RAISE EXCEPTION 'revision_id: revision % is no longer the draft of item % (the draft is %)', p_revision_id,
+            v_item.id, v_item.draft_revision_id USING ERRCODE = 'QL422',
+            HINT = 'record evidence for claims in the current draft';
     END IF;
     IF p_claim IS NULL OR length(p_claim) NOT BETWEEN 1 AND 2000 THEN
         RAISE EXCEPTION 'claim: 1 to 2000 characters are required' USING ERRCODE = '22023';
@@ -6942,6 +7525,10 @@ BEGIN
       INTO v_hashes, v_checks
       FROM jsonb_array_elements(p_records) WITH ORDINALITY AS x(r, o);
     v_sha := encode(sha256(convert_to(array_to_string(v_hashes, E'\n'), 'UTF8')), 'hex');
+    -- Identical stagings racing each other queue here, so the first stages the package and the
+    -- others find it: the same package for all, whatever the timing. (Not INSERT … ON CONFLICT:
+    -- the chain's insert trigger would advance the site's ledger for a row never stored.)
+    PERFORM pg_advisory_xact_lock(hashtextextended('querylayer.source_package:' || querylayer.ctx_site_id() || ':' || v_sha, 0));
     SELECT id INTO v_existing FROM querylayer.content_source_packages
      WHERE site_id = querylayer.ctx_site_id() AND package_sha256 = v_sha;
     IF FOUND THEN
@@ -7166,6 +7753,29 @@ ALTER FUNCTION querylayer_api.worker_close_expired_runs(integer) OWNER TO queryl
 REVOKE ALL ON FUNCTION querylayer_api.worker_close_expired_runs(integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.worker_close_expired_runs(integer) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.worker_close_expired_runs(integer) TO querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer_api.worker_fail_unbound_tasks()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site   uuid;
+    v_closed jsonb := '[]';
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    FOR v_site IN SELECT id FROM querylayer.sites ORDER BY id LOOP
+        PERFORM querylayer.enter_operator(v_site);
+        v_closed := v_closed || querylayer.fail_unbound_tasks(v_site, NULL::uuid, false, true);
+    END LOOP;
+    RETURN jsonb_build_object('closed', v_closed);
+END
+$function$;
+ALTER FUNCTION querylayer_api.worker_fail_unbound_tasks() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.worker_fail_unbound_tasks() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.worker_fail_unbound_tasks() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.worker_fail_unbound_tasks() TO querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer_api.worker_record_evidence_attempt(p_job_id uuid, p_http_status integer, p_observed_sha256 text, p_observed_excerpt text DEFAULT NULL::text)
  RETURNS jsonb
@@ -7563,6 +8173,57 @@ SELECT querylayer.limit_values('querylayer.agent_sessions'::regclass, true);
 SELECT querylayer.limit_values('querylayer.evidence_reviews'::regclass, true);
 ALTER TABLE querylayer.value_limits OWNER TO querylayer_owner;
 
+-- (c) sql/upgrades/0.2.0/22-one-session-one-conversation.sql
+
+-- Issue 22: one Hermes stored session, one Agent Console conversation, across every site and
+-- organization. A session belongs to its Hermes profile and a profile_id names one agent, so the
+-- key is (profile_id, session_id). 0.1.0 keyed it on (site, session): a session registered on
+-- two sites there had two conversations, which 0.2.0 cannot keep; such a database is named here
+-- and left at 0.1.0 rather than have one of the two conversations silently chosen.
+DO $check$
+DECLARE
+    v_duplicates text;
+BEGIN
+    SELECT string_agg(format('session %s of profile %s (%s sites)', d.session_id, d.profile_id, d.n), '; ')
+      INTO v_duplicates
+      FROM (SELECT profile_id, session_id, count(*) AS n FROM querylayer.agent_sessions
+             GROUP BY profile_id, session_id HAVING count(*) > 1) d;
+    IF v_duplicates IS NOT NULL THEN
+        RAISE EXCEPTION 'querylayer 0.2.0 keeps one Hermes session to one conversation, and these are registered on more than one site: %',
+            v_duplicates USING ERRCODE = 'QL409',
+            HINT = 'the database stays at 0.1.0; decide with the sites concerned which conversation keeps each session';
+    END IF;
+END
+$check$;
+
+ALTER TABLE querylayer.agent_sessions ADD UNIQUE (profile_id, session_id);
+ALTER TABLE querylayer.console_conversations ADD UNIQUE (profile_id, session_id);
+
+-- (c) sql/upgrades/0.2.0/22-turn-retry-budget.sql
+
+-- Issue 22: the automatic retry budget belongs to the turn (two in all, across its steps and
+-- plan versions; a member's re-open restores it), and a failed or cancelled plan ends its turn.
+ALTER TABLE querylayer.console_turns
+    ADD COLUMN retries_used integer NOT NULL DEFAULT 0 CHECK (retries_used BETWEEN 0 AND 2);
+
+-- What 0.1.0 turns already spent (per step there), so an upgrade restores no budget.
+UPDATE querylayer.console_turns t
+   SET retries_used = least(2, s.spent)
+  FROM (SELECT p.turn_id, sum(st.retry_count) AS spent
+          FROM querylayer.task_plans p JOIN querylayer.task_steps st ON st.plan_id = p.id
+         GROUP BY p.turn_id) s
+ WHERE s.turn_id = t.id AND t.state = 'claimed' AND s.spent > 0;
+
+-- A claimed turn whose current plan failed or was cancelled under 0.1.0 could be re-planned
+-- there; in 0.2.0 it has ended (a member may re-open it).
+UPDATE querylayer.console_turns t
+   SET state = CASE p.state WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END, ended_at = now(),
+       outcome = CASE p.state WHEN 'cancelled' THEN 'cancelled' ELSE 'failed' END,
+       failure_reason = coalesce(p.failure_reason, 'the plan ' || p.state)
+  FROM (SELECT DISTINCT ON (turn_id) turn_id, state, failure_reason
+          FROM querylayer.task_plans ORDER BY turn_id, version DESC) p
+ WHERE p.turn_id = t.id AND t.state = 'claimed' AND p.state IN ('failed', 'cancelled');
+
 -- (d) triggers, policies, privileges, owners, comments, backups and ledger forms of a fresh 0.2.0
 -- install; then what 0.1.0 had and 0.2.0 has not
 
@@ -7934,6 +8595,12 @@ ALTER TABLE querylayer.agent_profile_renames ENABLE ALWAYS TRIGGER append_only_t
 CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.agent_sessions FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
 ALTER TABLE querylayer.agent_sessions ENABLE ALWAYS TRIGGER a0_value_limits;
 
+CREATE OR REPLACE TRIGGER fail_tasks_on_session_end AFTER UPDATE OF ended_at ON querylayer.agent_sessions FOR EACH ROW WHEN (((old.ended_at IS NULL) AND (new.ended_at IS NOT NULL))) EXECUTE FUNCTION querylayer.fail_tasks_on_unbinding();
+ALTER TABLE querylayer.agent_sessions ENABLE ALWAYS TRIGGER fail_tasks_on_session_end;
+
+CREATE OR REPLACE TRIGGER fail_tasks_on_permission_removal AFTER DELETE ON querylayer.agent_site_permissions FOR EACH ROW EXECUTE FUNCTION querylayer.fail_tasks_on_unbinding();
+ALTER TABLE querylayer.agent_site_permissions ENABLE ALWAYS TRIGGER fail_tasks_on_permission_removal;
+
 CREATE OR REPLACE TRIGGER agents_guard BEFORE DELETE OR UPDATE ON querylayer.agents FOR EACH ROW EXECUTE FUNCTION querylayer.agents_guard();
 ALTER TABLE querylayer.agents ENABLE ALWAYS TRIGGER agents_guard;
 
@@ -7990,6 +8657,9 @@ ALTER TABLE querylayer.connections ENABLE ALWAYS TRIGGER connections_guard;
 
 CREATE OR REPLACE TRIGGER connections_no_truncate BEFORE TRUNCATE ON querylayer.connections FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.connections ENABLE ALWAYS TRIGGER connections_no_truncate;
+
+CREATE OR REPLACE TRIGGER fail_tasks_on_revocation AFTER UPDATE OF revoked_at ON querylayer.connections FOR EACH ROW WHEN (((old.revoked_at IS NULL) AND (new.revoked_at IS NOT NULL))) EXECUTE FUNCTION querylayer.fail_tasks_on_unbinding();
+ALTER TABLE querylayer.connections ENABLE ALWAYS TRIGGER fail_tasks_on_revocation;
 
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.console_conversations FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.console_conversations ENABLE ALWAYS TRIGGER append_only_row;
@@ -8282,7 +8952,7 @@ ALTER TABLE querylayer.strategy_opportunities ENABLE ALWAYS TRIGGER append_only_
 CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.task_plans FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
 ALTER TABLE querylayer.task_plans ENABLE ALWAYS TRIGGER a0_value_limits;
 
-CREATE OR REPLACE TRIGGER task_plans_guard BEFORE DELETE OR UPDATE ON querylayer.task_plans FOR EACH ROW EXECUTE FUNCTION querylayer.task_plans_guard();
+CREATE OR REPLACE TRIGGER task_plans_guard BEFORE INSERT OR DELETE OR UPDATE ON querylayer.task_plans FOR EACH ROW EXECUTE FUNCTION querylayer.task_plans_guard();
 ALTER TABLE querylayer.task_plans ENABLE ALWAYS TRIGGER task_plans_guard;
 
 CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.task_steps FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
@@ -8651,9 +9321,39 @@ DROP FUNCTION IF EXISTS querylayer.issue_connection(uuid,uuid,text,text[],timest
 
 DROP FUNCTION IF EXISTS querylayer.ledger_content(jsonb);
 
+DROP FUNCTION IF EXISTS querylayer.list_proposals(text,integer);
+
 DROP FUNCTION IF EXISTS querylayer_api.begin_run(text,jsonb,text[],text[]);
 
 DROP FUNCTION IF EXISTS querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text);
 
+DROP FUNCTION IF EXISTS querylayer_api.console_list_connections();
+
+DROP FUNCTION IF EXISTS querylayer_api.console_list_conversations();
+
+DROP FUNCTION IF EXISTS querylayer_api.console_list_evidence_reviews(text);
+
+DROP FUNCTION IF EXISTS querylayer_api.console_list_proposals(text,integer);
+
 DROP FUNCTION IF EXISTS querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_content(text,integer);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_content_briefs(integer);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_content_source_packages(integer);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_content_source_records(uuid,boolean);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_evidence(uuid,uuid);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_evidence_reverification(uuid);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_proposals(text,integer);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_runs(integer,timestamp with time zone);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_topical_map();
+
+DROP FUNCTION IF EXISTS querylayer_api.list_topical_strategy_opportunities(text,integer);
 
