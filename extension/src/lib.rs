@@ -5,6 +5,7 @@ use pgrx::prelude::*;
 
 mod context;
 mod envelopes;
+mod ledger;
 mod lifecycle;
 mod secrets;
 mod semantic;
@@ -72,6 +73,17 @@ extension_sql_file!(
         semantic::new_key_secret,
         semantic::story_roster,
         semantic::demo_documents
+    ]
+);
+extension_sql_file!(
+    "../../sql/170_checkpoints.sql",
+    name = "checkpoints",
+    requires = [
+        "semantics",
+        ledger::ledger_leaf,
+        ledger::ledger_extend,
+        ledger::ledger_tree_root,
+        ledger::ledger_sign_checkpoint
     ]
 );
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
