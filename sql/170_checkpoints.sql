@@ -79,6 +79,11 @@ BEGIN
         v_new := to_jsonb(NEW);
         v_site := NEW.site_id;
     END IF;
+    -- An update that leaves the governed state as it was is no event.
+    IF TG_OP = 'UPDATE' AND querylayer.live_state_key(v_subject, v_old) = querylayer.live_state_key(v_subject, v_new)
+       AND querylayer.live_state(v_subject, v_old) = querylayer.live_state(v_subject, v_new) THEN
+        RETURN NULL;
+    END IF;
     -- A row whose key changed is a row gone and a row added.
     IF v_old IS NOT NULL AND (v_new IS NULL OR querylayer.live_state_key(v_subject, v_old) <> querylayer.live_state_key(v_subject, v_new)) THEN
         INSERT INTO querylayer.state_events (site_id, subject, subject_id, state, cause, decision_id, actor)
@@ -97,9 +102,8 @@ END
 $$;
 
 -- Content items start unpublished and unarchived (content_items_guard), so only updates move them.
+-- (No WHEN clause naming the columns: the trigger must not depend on them.)
 CREATE TRIGGER zz_state_event AFTER UPDATE ON querylayer.content_items FOR EACH ROW
-    WHEN ((OLD.published_revision_id, OLD.published_at, OLD.archived_at)
-          IS DISTINCT FROM (NEW.published_revision_id, NEW.published_at, NEW.archived_at))
     EXECUTE FUNCTION querylayer.record_state_event('content_item');
 ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER zz_state_event;
 CREATE TRIGGER zz_state_event AFTER INSERT OR UPDATE OR DELETE ON querylayer.topics FOR EACH ROW

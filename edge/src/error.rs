@@ -19,6 +19,7 @@ const SQLSTATES: &[(&str, &str, u16)] = &[
     ("QL410", "run_finished", 410),
     ("QL422", "invalid_state", 422),
     ("QL423", "immutable", 423),
+    ("QLL09", "ledger_broken", 409),
     ("22023", "invalid_argument", 400),
     ("42501", "permission_denied", 403),
 ];

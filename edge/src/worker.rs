@@ -37,6 +37,16 @@ pub struct WorkerArgs {
     #[arg(long, env = "QUERYLAYER_PURGE_INTERVAL", default_value_t = 3600)]
     pub purge_interval_secs: u64,
 
+    /// Witnesses of the ledger (directories or postgres:// URLs, comma-separated): each pass that
+    /// is due checkpoints every site whose ledger grew and brings them up to date. None: no
+    /// checkpoints.
+    #[arg(long = "witness", env = "QUERYLAYER_WITNESS", value_delimiter = ',')]
+    pub witnesses: Vec<String>,
+
+    /// Seconds between checkpoints (with --witness).
+    #[arg(long, env = "QUERYLAYER_CHECKPOINT_INTERVAL", default_value_t = 300)]
+    pub checkpoint_interval_secs: u64,
+
     /// Evidence jobs taken per batch (a pass takes batches until fewer are due, at most 10).
     #[arg(long, default_value_t = 20)]
     pub batch_size: i32,
@@ -92,6 +102,19 @@ pub async fn run(args: WorkerArgs) -> i32 {
     };
     let purge_every = (args.purge_interval_secs > 0).then(|| Duration::from_secs(args.purge_interval_secs));
     let mut last_purge: Option<Instant> = None;
+    let witnesses = match args
+        .witnesses
+        .iter()
+        .map(|w| crate::ledger::witness::AnyWitness::open(w.trim()))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!("--witness: {e}");
+            return 2;
+        }
+    };
+    let mut last_checkpoint: Option<Instant> = None;
     tracing::info!(
         once = args.once,
         interval_secs = args.interval_secs,
@@ -121,6 +144,18 @@ pub async fn run(args: WorkerArgs) -> i32 {
                 }
             }
         }
+        if !witnesses.is_empty()
+            && last_checkpoint
+                .is_none_or(|at| at.elapsed() >= Duration::from_secs(args.checkpoint_interval_secs))
+        {
+            match checkpoint(&db, &witnesses).await {
+                Ok(()) => last_checkpoint = Some(Instant::now()),
+                Err(e) => {
+                    tracing::error!(error = %e, "checkpoints failed");
+                    ok = false;
+                }
+            }
+        }
         if args.once {
             return if ok { 0 } else { 1 };
         }
@@ -132,6 +167,16 @@ pub async fn run(args: WorkerArgs) -> i32 {
             }
         }
     }
+}
+
+/// Checkpoints every site whose ledger grew and brings every witness up to date.
+async fn checkpoint(db: &Db, witnesses: &[crate::ledger::witness::AnyWitness]) -> Result<(), String> {
+    let client = db.client().await.map_err(|e| e.message)?;
+    let summary = crate::ledger::checkpoint_and_sync(&client, None, witnesses).await?;
+    let made =
+        summary["checkpoints"].as_array().map_or(0, |c| c.iter().filter(|c| c["created"] == true).count());
+    tracing::info!(checkpoints = made, witnesses = witnesses.len(), "ledger checkpoints witnessed");
+    Ok(())
 }
 
 /// A pass that the database refused or could not serve is an operator's problem: an error line

@@ -6,4 +6,5 @@ mod context;
 mod immutability;
 mod install;
 mod isolation;
+mod ledger;
 mod runs;

@@ -94,6 +94,19 @@ pub async fn sync_witness(client: &Client, witness: &impl Witness) -> Result<usi
         let Some(newest) = site.checkpoint_seq else { continue };
         let latest = witness.latest(&site.site_id).await?;
         let mut after = latest.as_ref().map_or(0, |c| c.seq as i64);
+        if let Some(held) = &latest {
+            // The database must still hold, unchanged, the checkpoint the witness holds last.
+            let same = checkpoints(client, &site.site, after - 1).await?.into_iter().next();
+            if same.as_ref() != Some(held) {
+                return Err(format!(
+                    "site {}: the database's checkpoints do not extend the one {} holds ({} records, {}); it keeps no fork",
+                    site.site,
+                    witness.describe(),
+                    held.seq,
+                    held.checkpointed_at
+                ));
+            }
+        }
         if after >= newest {
             continue;
         }
