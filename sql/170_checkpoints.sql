@@ -114,8 +114,9 @@ CREATE TRIGGER zz_state_event AFTER INSERT OR UPDATE OR DELETE ON querylayer.top
 ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER zz_state_event;
 
 -- The first events of a database whose live state was kept before events were: one baseline
--- event per published or archived item, topic and topic page (the upgrade from 0.1.0 calls it).
-CREATE FUNCTION querylayer.record_state_baseline() RETURNS bigint
+-- event per published or archived item, topic and topic page, by `p_actor` (the upgrade from
+-- 0.1.0 calls it). Returns how many it wrote.
+CREATE FUNCTION querylayer.record_state_baseline(p_actor text) RETURNS bigint
 LANGUAGE plpgsql SET "TimeZone" = 'UTC' AS $$
 DECLARE
     v_count bigint;
@@ -130,7 +131,7 @@ BEGIN
     ), added AS (
         INSERT INTO querylayer.state_events (site_id, subject, subject_id, state, cause, actor)
         SELECT l.site_id, l.subject, querylayer.live_state_key(l.subject, l.r), querylayer.live_state(l.subject, l.r),
-               'baseline', 'upgrade to ' || querylayer.installed_version()
+               'baseline', p_actor
           FROM live l
          WHERE NOT EXISTS (SELECT 1 FROM querylayer.state_events e
                             WHERE e.site_id = l.site_id AND e.subject = l.subject
@@ -195,8 +196,8 @@ CREATE TABLE querylayer.ledger_checkpoints (
     server_key_id     uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
     signature         text NOT NULL,
     -- The roots of the tree's perfect subtrees (largest first, 32 bytes each, end to end): the
-    -- next checkpoint extends the
-    -- tree from here. Not signed; a wrong frontier only makes wrong checkpoints, which fail.
+    -- next checkpoint extends the tree from here. Not signed; a wrong frontier only makes wrong
+    -- checkpoints, which fail.
     frontier          bytea NOT NULL CHECK (length(frontier) % 32 = 0),
     PRIMARY KEY (site_id, seq),
     -- One successor per checkpoint, one first checkpoint per site.
