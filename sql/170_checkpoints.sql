@@ -375,6 +375,22 @@ BEGIN
 END
 $$;
 
+-- Whether a site's live pointers and topical map equal the replay of its state events, in the
+-- database: {ok, problem}. (querylayer ledger verify checks the same outside it.)
+CREATE FUNCTION querylayer_api.verify_live_state(p_site text) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site    querylayer.sites;
+    v_problem jsonb;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    v_problem := querylayer.live_state_problem(v_site.id);
+    RETURN jsonb_build_object('ok', v_problem IS NULL, 'problem', v_problem);
+END
+$$;
+
 -- A site's checkpoints after sequence number p_after_seq, oldest first (at most p_limit).
 CREATE FUNCTION querylayer_api.ledger_checkpoints(p_site text, p_after_seq bigint DEFAULT 0, p_limit integer DEFAULT 1000)
 RETURNS jsonb

@@ -6331,6 +6331,27 @@ ALTER FUNCTION querylayer_api.verify_ledger(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.verify_ledger(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.verify_ledger(text) TO querylayer_admin;
 
+CREATE OR REPLACE FUNCTION querylayer_api.verify_live_state(p_site text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site    querylayer.sites;
+    v_problem jsonb;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    v_problem := querylayer.live_state_problem(v_site.id);
+    RETURN jsonb_build_object('ok', v_problem IS NULL, 'problem', v_problem);
+END
+$function$;
+ALTER FUNCTION querylayer_api.verify_live_state(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.verify_live_state(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.verify_live_state(text) TO querylayer_admin;
+
 CREATE OR REPLACE FUNCTION querylayer_api.worker_claim_evidence_jobs(p_limit integer DEFAULT 20)
  RETURNS jsonb
  LANGUAGE plpgsql

@@ -202,6 +202,13 @@ fn an_honestly_extended_history_verifies_through_a_directory_and_a_postgres_witn
     let first: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(first["checkpoints"][0]["created"], true, "{first:#}");
     assert_ok(&ledger, Some(&witness_url));
+    let inside: Value = ledger
+        .db
+        .dba()
+        .query_one("SELECT querylayer_api.verify_live_state('demo'::text)", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(inside, json!({"ok": true, "problem": null}));
 
     // The publication and the topic are chained state events naming their cause.
     let events: Vec<(String, String, Option<String>)> = ledger
@@ -456,6 +463,15 @@ fn a_draft_published_by_alter_column_using_is_reported() {
     assert_eq!(first["record"]["table"], "querylayer.content_items", "{first:#}");
     assert_eq!(first["record"]["id"], item);
     assert!(first["reason"].as_str().unwrap().contains("changed outside the governed path"), "{first:#}");
+    // The database's own check sees it too.
+    let inside: Value = ledger
+        .db
+        .dba()
+        .query_one("SELECT querylayer_api.verify_live_state('demo'::text)", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(inside["ok"], false, "{inside}");
+    assert_eq!(inside["problem"]["subject_id"], item, "{inside}");
 }
 
 #[test]
