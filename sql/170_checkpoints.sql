@@ -57,12 +57,13 @@ LANGUAGE sql IMMUTABLE AS $$
     END
 $$;
 
--- AFTER trigger of the live tables (TG_ARGV[0]: the subject). A restore brings the events as
--- they were dumped, so it writes none.
+-- AFTER trigger of the live tables (the subject follows from the table). A restore brings the
+-- events as they were dumped, so it writes none.
 CREATE FUNCTION querylayer.record_state_event() RETURNS trigger
 LANGUAGE plpgsql SET "TimeZone" = 'UTC' AS $$
 DECLARE
-    v_subject text := TG_ARGV[0];
+    v_subject text := CASE TG_TABLE_NAME WHEN 'content_items' THEN 'content_item' WHEN 'topics' THEN 'topic'
+                                         WHEN 'topic_pages' THEN 'topic_page' END;
     v_mark    uuid := querylayer.lifecycle_mark();
     v_old     jsonb;
     v_new     jsonb;
@@ -104,13 +105,13 @@ $$;
 -- Content items start unpublished and unarchived (content_items_guard), so only updates move them.
 -- (No WHEN clause naming the columns: the trigger must not depend on them.)
 CREATE TRIGGER zz_state_event AFTER UPDATE ON querylayer.content_items FOR EACH ROW
-    EXECUTE FUNCTION querylayer.record_state_event('content_item');
+    EXECUTE FUNCTION querylayer.record_state_event();
 ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER zz_state_event;
 CREATE TRIGGER zz_state_event AFTER INSERT OR UPDATE OR DELETE ON querylayer.topics FOR EACH ROW
-    EXECUTE FUNCTION querylayer.record_state_event('topic');
+    EXECUTE FUNCTION querylayer.record_state_event();
 ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER zz_state_event;
 CREATE TRIGGER zz_state_event AFTER INSERT OR UPDATE OR DELETE ON querylayer.topic_pages FOR EACH ROW
-    EXECUTE FUNCTION querylayer.record_state_event('topic_page');
+    EXECUTE FUNCTION querylayer.record_state_event();
 ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER zz_state_event;
 
 -- The first events of a database whose live state was kept before events were: one baseline

@@ -2547,7 +2547,8 @@ CREATE OR REPLACE FUNCTION querylayer.record_state_event()
  SET "TimeZone" TO 'UTC'
 AS $function$
 DECLARE
-    v_subject text := TG_ARGV[0];
+    v_subject text := CASE TG_TABLE_NAME WHEN 'content_items' THEN 'content_item' WHEN 'topics' THEN 'topic'
+                                         WHEN 'topic_pages' THEN 'topic_page' END;
     v_mark    uuid := querylayer.lifecycle_mark();
     v_old     jsonb;
     v_new     jsonb;
@@ -6888,7 +6889,7 @@ ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_guard;
 CREATE OR REPLACE TRIGGER content_items_no_truncate BEFORE TRUNCATE ON querylayer.content_items FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_no_truncate;
 
-CREATE OR REPLACE TRIGGER zz_state_event AFTER UPDATE ON querylayer.content_items FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event('content_item');
+CREATE OR REPLACE TRIGGER zz_state_event AFTER UPDATE ON querylayer.content_items FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event();
 ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER zz_state_event;
 
 CREATE OR REPLACE TRIGGER aa_check_authorship BEFORE INSERT ON querylayer.content_revisions FOR EACH ROW EXECUTE FUNCTION querylayer.check_authorship();
@@ -7122,7 +7123,7 @@ ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER topic_pages_no_truncate
 CREATE OR REPLACE TRIGGER topical_map_guard BEFORE INSERT OR DELETE OR UPDATE ON querylayer.topic_pages FOR EACH ROW EXECUTE FUNCTION querylayer.topical_map_guard();
 ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER topical_map_guard;
 
-CREATE OR REPLACE TRIGGER zz_state_event AFTER INSERT OR DELETE OR UPDATE ON querylayer.topic_pages FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event('topic_page');
+CREATE OR REPLACE TRIGGER zz_state_event AFTER INSERT OR DELETE OR UPDATE ON querylayer.topic_pages FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event();
 ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER zz_state_event;
 
 CREATE OR REPLACE TRIGGER topical_map_guard BEFORE INSERT OR DELETE OR UPDATE ON querylayer.topics FOR EACH ROW EXECUTE FUNCTION querylayer.topical_map_guard();
@@ -7131,7 +7132,7 @@ ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER topical_map_guard;
 CREATE OR REPLACE TRIGGER topics_no_truncate BEFORE TRUNCATE ON querylayer.topics FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER topics_no_truncate;
 
-CREATE OR REPLACE TRIGGER zz_state_event AFTER INSERT OR DELETE OR UPDATE ON querylayer.topics FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event('topic');
+CREATE OR REPLACE TRIGGER zz_state_event AFTER INSERT OR DELETE OR UPDATE ON querylayer.topics FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event();
 ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER zz_state_event;
 
 DROP EVENT TRIGGER IF EXISTS querylayer_refuse_owner_ddl;

@@ -91,6 +91,8 @@ extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finaliz
 #[cfg(any(test, feature = "pg_test"))]
 mod durability_tests;
 #[cfg(any(test, feature = "pg_test"))]
+mod ledger_tests;
+#[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;
 
 /// Hooks for `cargo pgrx test`.
