@@ -45,7 +45,7 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- The governed state of a live row (its row as jsonb, timestamps in UTC): what its events record.
--- The verifier (edge/src/ledger/source.rs) reads the same fields.
+-- The verifier (edge/src/ledger/verify.rs) reads the same fields.
 CREATE FUNCTION querylayer.live_state(p_subject text, p_row jsonb) RETURNS jsonb
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE p_subject
