@@ -102,4 +102,51 @@ mod tests {
         assert_eq!(live["ok"], false, "{live}");
         assert_eq!(live["problem"]["subject"], "topic", "{live}");
     }
+
+    #[pg_test]
+    fn a_retention_summary_is_checkpointed_and_exported_in_its_time_window() {
+        Spi::run("SELECT querylayer_api.seed_demo()").unwrap();
+        Spi::run("SELECT querylayer.create_time_partition('querylayer.audit_events'::text, 2020, 3)")
+            .unwrap();
+        Spi::run(
+            "INSERT INTO querylayer.audit_events (at, site_id, principal_kind, action)
+             VALUES ('2020-03-02 12:00+00', (SELECT id FROM querylayer.sites WHERE slug = 'demo'), 'connection', 'tool.call')",
+        )
+        .unwrap();
+        Spi::run("SELECT querylayer_api.apply_retention()").unwrap();
+        let summary =
+            Spi::get_one::<String>("SELECT id::text FROM querylayer.retention_summaries").unwrap().unwrap();
+        // The chain now ends with the summary; a checkpoint is signed over it.
+        let made = Spi::get_one::<JsonB>("SELECT querylayer_api.create_checkpoints('demo'::text)")
+            .unwrap()
+            .unwrap()
+            .0;
+        let head = Spi::get_one::<i64>(
+            "SELECT h.seq FROM querylayer.ledger_heads h JOIN querylayer.sites s ON s.id = h.site_id WHERE s.slug = 'demo'",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(made[0]["created"], true, "{made}");
+        assert_eq!(made[0]["checkpoint"]["seq"], head, "{made}");
+        // An export by time finds the summary by its time (created_at).
+        let found = Spi::get_one::<JsonB>(&format!(
+            "SELECT coalesce(jsonb_agg(x.r), '[]') FROM querylayer_api.ledger_records('demo'::text, {head}::bigint,
+                    now() - interval '1 hour', now() + interval '1 hour') AS x(r)
+              WHERE x.r->>'table' = 'querylayer.retention_summaries'"
+        ))
+        .unwrap()
+        .unwrap()
+        .0;
+        assert_eq!(found.as_array().map(Vec::len), Some(1), "{found}");
+        assert_eq!(found[0]["id"], summary.as_str());
+        assert!(found[0]["recorded_at"].is_string(), "{found}");
+        let before = Spi::get_one::<JsonB>(
+            "SELECT coalesce(jsonb_agg(x.r), '[]') FROM querylayer_api.ledger_records('demo'::text, 1000000::bigint,
+                    NULL::timestamptz, '2000-01-01'::timestamptz) AS x(r)",
+        )
+        .unwrap()
+        .unwrap()
+        .0;
+        assert_eq!(before, serde_json::json!([]), "nothing was recorded before 2000");
+    }
 }
