@@ -204,8 +204,9 @@ ALTER TABLE querylayer.task_steps ENABLE ALWAYS TRIGGER task_steps_guard;
 CREATE FUNCTION querylayer.task_plans_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- A restore brings plans as they were written, whatever their turn went on to become.
     IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
-        RETURN NEW;  -- a restore brings the row as it was dumped
+        RETURN NEW;
     END IF;
     IF TG_OP = 'INSERT' THEN
         PERFORM 1 FROM querylayer.console_turns t

@@ -209,7 +209,7 @@ impl Db {
         Ok(Db { pool })
     }
 
-    async fn client(&self) -> Result<Object, Error> {
+    pub(crate) async fn client(&self) -> Result<Object, Error> {
         Ok(self.pool.get().await?)
     }
 

@@ -22,6 +22,7 @@ const SQLSTATES: &[(&str, &str, u16)] = &[
     ("QL413", "too_large", 413),
     ("QL503", "busy", 503),
     ("QLI09", "idempotency_key_reused", 409),
+    ("QLL09", "ledger_broken", 409),
     ("55P03", "busy", 503),
     ("22023", "invalid_argument", 400),
     ("42501", "permission_denied", 403),

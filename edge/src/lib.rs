@@ -20,6 +20,7 @@ pub mod console;
 pub mod db;
 pub mod error;
 pub mod health;
+pub mod ledger;
 pub mod limits;
 pub mod listener;
 pub mod llm;

@@ -1,6 +1,6 @@
 //! The `querylayer` command: the edge service (`serve`), the same tools over stdio
-//! (`mcp-serve`), the operator tools (`admin`), the background worker (`worker`), and the
-//! offline commands (`agent-card`, `tool-schemas`, `envelope`).
+//! (`mcp-serve`), the operator tools (`admin`), verifiable history (`ledger`), the background
+//! worker (`worker`), and the offline commands (`agent-card`, `tool-schemas`, `envelope`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
@@ -15,6 +15,7 @@ use querylayer_edge::commands;
 use querylayer_edge::compat;
 use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
+use querylayer_edge::ledger::{self, LedgerArgs};
 use querylayer_edge::mcp::QueryLayerMcp;
 use querylayer_edge::worker::{self, WorkerArgs};
 use querylayer_edge::{app, listener, shutdown_signal, AppState};
@@ -42,8 +43,11 @@ enum Command {
     McpServe(McpServeArgs),
     /// Operator commands against an operator login.
     Admin(AdminArgs),
-    /// Background jobs (runs past their deadline, evidence re-verification, retention, the form
-    /// screening purge), as a querylayer_worker login.
+    /// Verifiable history: signed checkpoints to witnesses, the offline verifier, inclusion proofs, exports.
+    Ledger(LedgerArgs),
+    /// Background jobs (runs past their deadline, tasks whose binding went, evidence
+    /// re-verification, retention, the form screening purge, ledger checkpoints), as a
+    /// querylayer_worker login.
     Worker(WorkerArgs),
     /// Print the A2A agent card (the one served at /.well-known/agent-card.json).
     AgentCard(commands::AgentCardArgs),
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Admin(args) => admin::run(args).await,
+            Command::Ledger(args) => ledger::run(args).await,
             Command::Worker(args) => {
                 init_logging(cli.log_format);
                 worker::run(args).await

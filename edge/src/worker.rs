@@ -4,8 +4,8 @@
 //! excerpt); the database decides what that means and opens human reviews. Each pass also closes
 //! the runs still open past their deadline, and fails closed the Agent Console tasks whose binding
 //! went while nobody touched them (a connection that expired). On their own schedules it runs the
-//! form screening purge and retention (sql/160_retention.sql). Bodies and excerpts are never
-//! logged.
+//! form screening purge, retention (sql/160_retention.sql) and, with `--witness`, the ledger
+//! checkpoints (sql/170_checkpoints.sql, docs/ledger.md). Bodies and excerpts are never logged.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -28,8 +28,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
 
-    /// Run one pass (the due evidence jobs, unbound console tasks, and the purge) and exit: for
-    /// tests and cron.
+    /// Run one pass (runs past their deadline, the due evidence jobs, unbound console tasks,
+    /// retention, the purge and checkpoints) and exit: for tests and cron.
     #[arg(long)]
     pub once: bool,
 
@@ -49,6 +49,16 @@ pub struct WorkerArgs {
     /// Open runs past their deadline closed per site and pass.
     #[arg(long, default_value_t = 100)]
     pub close_batch_size: i32,
+
+    /// Witnesses of the ledger (directories or postgres:// URLs, comma-separated): each pass that
+    /// is due checkpoints every site whose ledger grew and brings them up to date. None: no
+    /// checkpoints.
+    #[arg(long = "witness", env = "QUERYLAYER_WITNESS", value_delimiter = ',')]
+    pub witnesses: Vec<String>,
+
+    /// Seconds between checkpoints (with --witness).
+    #[arg(long, env = "QUERYLAYER_CHECKPOINT_INTERVAL", default_value_t = 300)]
+    pub checkpoint_interval_secs: u64,
 
     /// Evidence jobs taken per batch (a pass takes batches until fewer are due, at most 10).
     #[arg(long, default_value_t = 20)]
@@ -108,6 +118,19 @@ pub async fn run(args: WorkerArgs) -> i32 {
     let retention_every =
         (args.retention_interval_secs > 0).then(|| Duration::from_secs(args.retention_interval_secs));
     let mut last_retention: Option<Instant> = None;
+    let witnesses = match args
+        .witnesses
+        .iter()
+        .map(|w| crate::ledger::witness::AnyWitness::open(w.trim()))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!("--witness: {e}");
+            return 2;
+        }
+    };
+    let mut last_checkpoint: Option<Instant> = None;
     tracing::info!(
         once = args.once,
         interval_secs = args.interval_secs,
@@ -156,6 +179,18 @@ pub async fn run(args: WorkerArgs) -> i32 {
                 }
             }
         }
+        if !witnesses.is_empty()
+            && last_checkpoint
+                .is_none_or(|at| at.elapsed() >= Duration::from_secs(args.checkpoint_interval_secs))
+        {
+            match checkpoint(&db, &witnesses).await {
+                Ok(()) => last_checkpoint = Some(Instant::now()),
+                Err(e) => {
+                    tracing::error!(error = %e, "checkpoints failed");
+                    ok = false;
+                }
+            }
+        }
         if args.once {
             return if ok { 0 } else { 1 };
         }
@@ -167,6 +202,16 @@ pub async fn run(args: WorkerArgs) -> i32 {
             }
         }
     }
+}
+
+/// Checkpoints every site whose ledger grew and brings every witness up to date.
+async fn checkpoint(db: &Db, witnesses: &[crate::ledger::witness::AnyWitness]) -> Result<(), String> {
+    let client = db.client().await.map_err(|e| e.message)?;
+    let summary = crate::ledger::checkpoint_and_sync(&client, None, witnesses).await?;
+    let made =
+        summary["checkpoints"].as_array().map_or(0, |c| c.iter().filter(|c| c["created"] == true).count());
+    tracing::info!(checkpoints = made, witnesses = witnesses.len(), "ledger checkpoints witnessed");
+    Ok(())
 }
 
 /// A pass that the database refused or could not serve is an operator's problem: an error line

@@ -6,6 +6,7 @@ use pgrx::prelude::*;
 mod context;
 mod envelopes;
 mod health;
+mod ledger;
 mod lifecycle;
 mod partitions;
 mod retention;
@@ -93,10 +94,23 @@ extension_sql_file!(
     requires = ["idempotency", retention::sign_statement, retention::statement_signature_valid]
 );
 extension_sql_file!("../../sql/165_health.sql", name = "health", requires = ["retention", health::disk_free]);
+extension_sql_file!(
+    "../../sql/170_checkpoints.sql",
+    name = "checkpoints",
+    requires = [
+        "health",
+        ledger::ledger_leaf,
+        ledger::ledger_extend,
+        ledger::ledger_tree_root,
+        ledger::ledger_sign_checkpoint
+    ]
+);
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod durability_tests;
+#[cfg(any(test, feature = "pg_test"))]
+mod ledger_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;
 #[cfg(any(test, feature = "pg_test"))]

@@ -21,9 +21,32 @@ END
 $$;
 
 SET TimeZone = 'UTC';
+-- (ledger_heads is the history line below: an upgrade may append to a chain; ledger_tables is
+-- one of the extension's catalogs, which the catalog comparison covers.)
 SELECT format('table %s %s', c.key, pg_temp.digest(c.key::regclass, ARRAY(SELECT jsonb_array_elements_text(c.value))))
   FROM jsonb_each(:'columns'::jsonb) c
+ WHERE c.key NOT IN ('querylayer.ledger_heads', 'querylayer.ledger_tables')
  ORDER BY c.key COLLATE "C";
-SELECT format('ledger %s %s', s.slug, querylayer_api.verify_ledger(s.slug))
+CREATE FUNCTION pg_temp.history(p_site uuid) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_seq  bigint;
+    v_base bigint := 0;
+    v_hash bytea;
+    v_sql  text;
+BEGIN
+    SELECT seq INTO v_seq FROM querylayer.ledger_heads WHERE site_id = p_site;
+    IF to_regclass('querylayer.state_events') IS NOT NULL THEN
+        EXECUTE 'SELECT count(*) FROM querylayer.state_events WHERE site_id = $1 AND cause = ''baseline'''
+           INTO v_base USING p_site;
+    END IF;
+    SELECT string_agg(format('SELECT record_sha256 FROM %s WHERE site_id = $1 AND chain_seq = $2', table_name), ' UNION ALL ')
+      INTO v_sql FROM querylayer.ledger_tables;
+    EXECUTE v_sql INTO v_hash USING p_site, v_seq - v_base;
+    RETURN (v_seq - v_base) || ' ' || coalesce(encode(v_hash, 'hex'), 'none');
+END
+$$;
+
+SELECT format('ledger %s ok=%s history=%s', s.slug, querylayer_api.verify_ledger(s.slug)->'ok', pg_temp.history(s.id))
   FROM querylayer.sites s
  ORDER BY s.slug COLLATE "C";

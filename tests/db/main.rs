@@ -8,6 +8,7 @@ mod faults;
 mod immutability;
 mod install;
 mod isolation;
+mod ledger;
 mod liveness;
 mod operators;
 mod runs;

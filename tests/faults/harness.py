@@ -64,10 +64,11 @@ def member_token(site: str, member: str) -> str:
 
 
 def sql(statement: str) -> str:
-    """One statement as the cluster's superuser: for checks that look past the API."""
+    """One statement as the cluster's superuser: for checks that look past the API. The statement
+    goes on stdin: a check of every acknowledged id can outgrow one command-line argument."""
     done = subprocess.run(["sudo", "-u", "postgres", f"{PG_BIN}/psql", "-h", DIR, "-p", PG_PORT, "-d", "querylayer",
-                           "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-c", statement],
-                          capture_output=True, text=True, timeout=120, cwd="/tmp")
+                           "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-f", "-"],
+                          input=statement + ";\n", capture_output=True, text=True, timeout=120, cwd="/tmp")
     assert done.returncode == 0, f"SQL failed: {done.stderr}"
     return done.stdout.strip()
 
