@@ -19,6 +19,9 @@ pub enum Kind {
     Operator,
     /// A credential is being resolved: only its own site's rows are visible, nothing is granted.
     Resolving,
+    /// A website reading published content (a delivery token, or a public site): only the
+    /// delivery functions serve it (sql/160_delivery.sql).
+    Delivery,
 }
 
 impl Kind {
@@ -28,6 +31,7 @@ impl Kind {
             Kind::Member => "member",
             Kind::Operator => "operator",
             Kind::Resolving => "resolving",
+            Kind::Delivery => "delivery",
         }
     }
 }
@@ -45,6 +49,8 @@ struct RequestContext {
     member_role: Option<String>,
     scopes: Vec<String>,
     harness: Option<String>,
+    /// The dashboard session a member acts through (none for a member token).
+    member_session_id: Option<Uuid>,
 }
 
 thread_local! {
@@ -113,6 +119,49 @@ fn set(ctx: RequestContext) {
     CONTEXT.with(|c| *c.borrow_mut() = Some(ctx));
 }
 
+/// Shows the rows keyed by `key` (a fingerprint, a sign-in lookup, a public site's key) to the
+/// policies that compare against `ctx_presented_fingerprint()`, for the duration of `f` only.
+pub(crate) fn while_presenting<R>(key: &[u8], f: impl FnOnce() -> R) -> R {
+    PRESENTED.with(|p| *p.borrow_mut() = Some(key.to_vec()));
+    let result = f();
+    PRESENTED.with(|p| p.borrow_mut().take());
+    result
+}
+
+/// A resolving context for one site: its rows become visible, nothing is granted.
+pub(crate) fn resolving(site: Uuid, organization: Uuid) {
+    set(RequestContext {
+        kind: Kind::Resolving,
+        lxid: current_lxid(),
+        site_id: Some(site),
+        organization_id: Some(organization),
+        agent_id: None,
+        connection_id: None,
+        member_id: None,
+        member_role: None,
+        scopes: Vec::new(),
+        harness: None,
+        member_session_id: None,
+    });
+}
+
+/// A delivery context for one site (a public site read by nobody in particular).
+pub(crate) fn delivering(site: Uuid, organization: Uuid) {
+    set(RequestContext {
+        kind: Kind::Delivery,
+        lxid: current_lxid(),
+        site_id: Some(site),
+        organization_id: Some(organization),
+        agent_id: None,
+        connection_id: None,
+        member_id: None,
+        member_role: None,
+        scopes: Vec::new(),
+        harness: None,
+        member_session_id: None,
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Readers. Row-level security policies and the governed SQL functions call these; they are
 // granted to the owner role only.
@@ -160,6 +209,11 @@ fn ctx_scopes() -> Vec<String> {
 #[pg_extern(stable, parallel_restricted)]
 fn ctx_harness() -> Option<String> {
     with_context(|c| c.harness.clone()).flatten()
+}
+
+#[pg_extern(stable, parallel_restricted)]
+fn ctx_member_session_id() -> Option<Uuid> {
+    with_context(|c| c.member_session_id).flatten()
 }
 
 /// True only for an operator context (a `querylayer_admin` member inside an operator function).
@@ -229,6 +283,7 @@ fn enter_operator(site: Option<Uuid>) {
         member_role: None,
         scopes: Vec::new(),
         harness: None,
+        member_session_id: None,
     });
 }
 
@@ -243,6 +298,12 @@ pub enum Credential {
     Connection,
     MemberToken,
     DidKey,
+    /// A dashboard session cookie (sql/155_dashboard.sql).
+    MemberSession,
+    /// A one-time invitation link's token.
+    Invitation,
+    /// A website's delivery token (sql/160_delivery.sql).
+    DeliveryToken,
 }
 
 impl Credential {
@@ -251,6 +312,9 @@ impl Credential {
             Credential::Connection => "connection",
             Credential::MemberToken => "member_token",
             Credential::DidKey => "did_key",
+            Credential::MemberSession => "member_session",
+            Credential::Invitation => "invitation",
+            Credential::DeliveryToken => "delivery_token",
         }
     }
     fn lookup(self) -> &'static str {
@@ -267,12 +331,27 @@ impl Credential {
                 "SELECT connection_id, site_id, organization_id FROM querylayer.did_bindings
                   WHERE did_sha256 = $1 ORDER BY bound_at DESC LIMIT 1"
             }
+            Credential::MemberSession => {
+                "SELECT subject_id, site_id, organization_id FROM querylayer.credentials
+                  WHERE fingerprint = $1 AND kind = 'member_session'"
+            }
+            Credential::Invitation => {
+                "SELECT subject_id, site_id, organization_id FROM querylayer.credentials
+                  WHERE fingerprint = $1 AND kind = 'invitation'"
+            }
+            Credential::DeliveryToken => {
+                "SELECT subject_id, site_id, organization_id FROM querylayer.credentials
+                  WHERE fingerprint = $1 AND kind = 'delivery_token'"
+            }
         }
     }
     fn resolver(self) -> &'static str {
         match self {
             Credential::Connection | Credential::DidKey => "SELECT querylayer.resolve_connection($1)",
             Credential::MemberToken => "SELECT querylayer.resolve_member_token($1)",
+            Credential::MemberSession => "SELECT querylayer.resolve_member_session($1)",
+            Credential::Invitation => "SELECT querylayer.resolve_invitation($1)",
+            Credential::DeliveryToken => "SELECT querylayer.resolve_delivery_token($1)",
         }
     }
 }
@@ -349,6 +428,7 @@ pub(crate) fn resolve(credential: Credential, fingerprint: &[u8]) -> Resolution 
         member_role: None,
         scopes: Vec::new(),
         harness: None,
+        member_session_id: None,
     });
     let verdict: Option<JsonB> = Spi::connect(|client| {
         let resolver = plan(client, credential.resolver(), pg_sys::UUIDOID);
@@ -378,7 +458,7 @@ pub(crate) fn refuse_if_established() {
     }
 }
 
-fn authentication_failed(credential: Credential, reason: &str, subject: Option<Uuid>) -> ! {
+pub(crate) fn authentication_failed(credential: Credential, reason: &str, subject: Option<Uuid>) -> ! {
     clear();
     // The server log is for operators; the caller learns nothing beyond the one generic error.
     match subject {
@@ -406,7 +486,9 @@ pub(crate) fn establish(credential: Credential, verdict: Value) -> JsonB {
     set(RequestContext {
         kind: match credential {
             Credential::Connection | Credential::DidKey => Kind::Connection,
-            Credential::MemberToken => Kind::Member,
+            Credential::MemberToken | Credential::MemberSession => Kind::Member,
+            Credential::DeliveryToken => Kind::Delivery,
+            Credential::Invitation => Kind::Resolving,
         },
         lxid: current_lxid(),
         site_id: uuid_field(&verdict, "site_id"),
@@ -417,6 +499,7 @@ pub(crate) fn establish(credential: Credential, verdict: Value) -> JsonB {
         member_role: verdict.get("role").and_then(Value::as_str).map(str::to_string),
         scopes,
         harness: verdict.get("harness").and_then(Value::as_str).map(str::to_string),
+        member_session_id: uuid_field(&verdict, "session_id"),
     });
     let mut public = verdict;
     if let Some(obj) = public.as_object_mut() {

@@ -4,10 +4,12 @@
 use pgrx::prelude::*;
 
 mod context;
+mod delivery;
 mod envelopes;
 mod lifecycle;
 mod secrets;
 mod semantic;
+mod sessions;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -35,6 +37,7 @@ extension_sql_file!(
         context::ctx_member_id,
         context::ctx_member_role,
         context::ctx_harness,
+        context::ctx_member_session_id,
         context::ctx_presented_fingerprint,
         context::outer_user,
         context::enter_operator,
@@ -74,6 +77,13 @@ extension_sql_file!(
         semantic::demo_documents
     ]
 );
+extension_sql_file!("../../sql/150_reading.sql", name = "reading", requires = ["semantics"]);
+extension_sql_file!(
+    "../../sql/155_dashboard.sql",
+    name = "dashboard",
+    requires = ["reading", sessions::session_authenticate]
+);
+extension_sql_file!("../../sql/160_delivery.sql", name = "delivery", requires = ["dashboard"]);
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
