@@ -26,6 +26,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/console/me", get(me))
         .route("/api/console/proposals", get(list_proposals))
+        .route("/api/console/proposals/{id}", get(get_proposal))
         .route("/api/console/proposals/{id}/approve", post(approve))
         .route("/api/console/proposals/{id}/reject", post(reject))
         .route("/api/console/runs", get(list_runs))
@@ -42,6 +43,12 @@ pub fn router() -> Router<AppState> {
         .route("/api/console/form-screening", post(report_form_screening))
         .route("/api/console/evidence-reviews", get(list_evidence_reviews))
         .route("/api/console/evidence-reviews/{id}/close", post(close_evidence_review))
+        // Reading content (the same functions agents read under content:read).
+        .route("/api/console/templates", get(list_templates))
+        .route("/api/console/content", get(list_content).post(create_draft))
+        .route("/api/console/content/{id}", get(get_content))
+        .route("/api/console/content/{id}/revisions", get(list_revisions))
+        .route("/api/console/revisions/{id}", get(get_revision))
 }
 
 /// The presented member token, as a fingerprint. Checked by the database in the request's
@@ -204,7 +211,151 @@ async fn decide(
             .opt("p_note", body.note);
         Ok(call)
     })();
+    let result = member.call(&state, call).await;
+    // An approval of a request that no longer matches its content (the draft moved, the live
+    // page changed) is recorded (approved, execution failed) but is not a success: 409.
+    if let Ok(proposal) = &result {
+        if decision == "approve" && proposal["state"] == "failed" {
+            let body = json!({"error": stale_refusal(proposal).body(), "proposal": proposal});
+            let mut response = (StatusCode::CONFLICT, Json(body)).into_response();
+            response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            return response;
+        }
+    }
+    respond(result, StatusCode::OK)
+}
+
+/// The refusal an approval of a stale request answers with: the problems the execution met.
+pub(crate) fn stale_refusal(proposal: &Value) -> Error {
+    let problems: Vec<&str> = proposal["execution"]["detail"]["problems"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["message"].as_str())
+        .collect();
+    Error::new(
+        StatusCode::CONFLICT,
+        "stale_request",
+        format!(
+            "the request is stale and nothing changed: {}; the approval is recorded with its failed execution",
+            problems.join("; ")
+        ),
+    )
+    .with_hint("reject stale requests; the agent can request again with the current draft")
+}
+
+/// `GET /api/console/proposals/{id}` → the proposal with its run, agent, and for each item the
+/// requested revision (fields) and what is live now; `stale` when the content moved since.
+async fn get_proposal(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let call = path_id(id).map(|id| Call::new("get_proposal").arg("p_proposal_id", id));
     respond(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `GET /api/console/templates` → `{"templates": [{name, version, fields, versions}]}`.
+async fn list_templates(State(state): State<AppState>, member: Member) -> Response {
+    let result = member.call(&state, Ok(Call::new("list_templates"))).await;
+    respond(result.map(|templates| json!({ "templates": templates })), StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContentFilter {
+    /// `draft`, `published` or `archived`.
+    state: Option<String>,
+    limit: Option<i32>,
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
+}
+
+/// `GET /api/console/content?state=&limit=&cursor=` → `{items, counts, next_cursor}`.
+async fn list_content(
+    State(state): State<AppState>,
+    member: Member,
+    filter: Result<Query<ContentFilter>, QueryRejection>,
+) -> Response {
+    let call = query(filter).map(|f| {
+        Call::new("console_list_content")
+            .opt("p_state", f.state)
+            .opt("p_limit", f.limit)
+            .opt("p_cursor", f.cursor)
+    });
+    respond(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `GET /api/console/content/{id}` → the item with its draft and live revisions (fields).
+async fn get_content(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let call = path_id(id).map(|id| Call::new("get_content").arg("p_content_id", id));
+    respond(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RevisionPage {
+    limit: Option<i32>,
+    /// The previous page's `next_before` (a revision number).
+    before: Option<i32>,
+}
+
+/// `GET /api/console/content/{id}/revisions?limit=&before=` → `{content, revisions, next_before}`.
+async fn list_revisions(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    page: Result<Query<RevisionPage>, QueryRejection>,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let p = query(page)?;
+        Ok(Call::new("list_revisions")
+            .arg("p_content_id", id)
+            .opt("p_limit", p.limit)
+            .opt("p_before", p.before))
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `GET /api/console/revisions/{id}` → the revision: fields, template and version, author, run.
+async fn get_revision(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let call = path_id(id).map(|id| Call::new("get_revision").arg("p_revision_id", id));
+    respond(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewDraft {
+    /// The template of a new item.
+    template: Option<String>,
+    fields: Value,
+    /// The item to revise; omit for a new item (then give `slug`).
+    content_id: Option<Uuid>,
+    slug: Option<String>,
+}
+
+/// `POST /api/console/content` (owner, admin, editor) → 201, a member's draft revision through
+/// the same template contract as agents' drafts; it never publishes.
+async fn create_draft(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let d: NewDraft = required_body(&body)?;
+        Ok(Call::new("create_draft")
+            .arg("p_run_id", None::<Uuid>)
+            .arg("p_template", d.template)
+            .arg("p_fields", d.fields)
+            .opt("p_content_id", d.content_id)
+            .opt("p_slug", d.slug))
+    })();
+    respond(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 #[derive(Deserialize)]

@@ -3,8 +3,9 @@
 //! database decides; the edge only carries.
 //!
 //! One module per stage of a request:
-//! `config` → `limits` (Host/Origin, rate) → `auth` → `mcp` / `console` → `db` (the one SQL
-//! call) → `error` (the one SQLSTATE table, the response). `admin` is the operator command line.
+//! `config` → `limits` (Host/Origin, rate) → `auth` → `mcp` / `console` / `dashboard` /
+//! `delivery` → `db` (the one SQL call) → `error` (the one SQLSTATE table, the response).
+//! `admin` is the operator command line.
 
 pub mod admin;
 pub mod auth;
@@ -12,7 +13,9 @@ pub mod card;
 pub mod commands;
 pub mod config;
 pub mod console;
+pub mod dashboard;
 pub mod db;
+pub mod delivery;
 pub mod error;
 pub mod health;
 pub mod limits;
@@ -56,7 +59,8 @@ impl AppState {
 
 /// The whole HTTP surface, testable with `oneshot` without a socket.
 pub fn app(state: AppState) -> Router {
-    let mut governed = mcp::router(&state).merge(console::router());
+    let mut governed =
+        mcp::router(&state).merge(console::router()).merge(dashboard::router()).merge(delivery::router());
     if state.config.require_auth {
         governed = governed.merge(v1::router());
     }
