@@ -49,6 +49,14 @@ pub fn router() -> Router<AppState> {
         .route("/api/console/content/{id}", get(get_content))
         .route("/api/console/content/{id}/revisions", get(list_revisions))
         .route("/api/console/revisions/{id}", get(get_revision))
+        // Dashboard sign-ins, invitations and website delivery.
+        .route("/api/console/member-sessions", get(list_member_sessions))
+        .route("/api/console/member-sessions/{id}/revoke", post(revoke_member_session))
+        .route("/api/console/invitations", post(invite_member))
+        .route("/api/console/delivery", get(list_delivery))
+        .route("/api/console/delivery/tokens", post(create_delivery_token))
+        .route("/api/console/delivery/tokens/{id}/revoke", post(revoke_delivery_token))
+        .route("/api/console/delivery/public", post(set_delivery_public))
 }
 
 /// The presented member token, as a fingerprint. Checked by the database in the request's
@@ -665,6 +673,117 @@ async fn close_evidence_review(
         let body: CloseReviewBody = optional_body(&body)?;
         let call = Call::new("console_close_evidence_review").arg("p_review_id", id).opt("p_note", body.note);
         Ok(call)
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dashboard sign-ins, invitations and website delivery (sql/155_dashboard.sql, sql/160_delivery.sql).
+
+/// `GET /api/console/member-sessions` → `{"sessions": [...]}`: one's own dashboard sessions
+/// (owners and admins: everyone's on the site).
+async fn list_member_sessions(State(state): State<AppState>, member: Member) -> Response {
+    let result = member.call(&state, Ok(Call::new("console_list_member_sessions"))).await;
+    respond(result.map(|sessions| json!({ "sessions": sessions })), StatusCode::OK)
+}
+
+/// `POST /api/console/member-sessions/{id}/revoke` with `{"reason"?}`: ends a dashboard session
+/// at once (one's own; owners and admins: anyone's).
+async fn revoke_member_session(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let body: ReasonBody = optional_body(&body)?;
+        Ok(Call::new("console_revoke_member_session").arg("p_session_id", id).opt("p_reason", body.reason))
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewInvitation {
+    /// The member's handle (a new one creates the member).
+    member: String,
+    role: Option<String>,
+    display_name: Option<String>,
+    /// How long the link works (a PostgreSQL interval; default 72 hours, at most 30 days).
+    expires_in: Option<String>,
+}
+
+/// `POST /api/console/invitations` (owner, admin) → 201 `{invitation_id, token, path, …}`: the
+/// one-time link to set a dashboard password, shown once.
+async fn invite_member(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let i: NewInvitation = required_body(&body)?;
+        let call = Call::new("console_invite_member")
+            .arg("p_member", i.member)
+            .arg("p_role", i.role)
+            .arg("p_display_name", i.display_name);
+        Ok(match i.expires_in {
+            Some(interval) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
+            None => call,
+        })
+    })();
+    respond(member.call(&state, call).await, StatusCode::CREATED)
+}
+
+/// `GET /api/console/delivery` (owner, admin) → `{public, tokens: [...]}` (prefixes, never a token).
+async fn list_delivery(State(state): State<AppState>, member: Member) -> Response {
+    respond(member.call(&state, Ok(Call::new("console_list_delivery"))).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewDeliveryToken {
+    name: String,
+    /// A PostgreSQL interval such as `90 days` (at most a year).
+    expires_in: String,
+}
+
+/// `POST /api/console/delivery/tokens` (owner, admin) → 201 `{delivery_token_id, token, …}`,
+/// the only time the token exists.
+async fn create_delivery_token(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let t: NewDeliveryToken = required_body(&body)?;
+        Ok(Call::new("console_create_delivery_token").arg("p_name", t.name).arg_as(
+            "p_expires_at",
+            "now() + {}::text::interval",
+            t.expires_in,
+        ))
+    })();
+    respond(member.call(&state, call).await, StatusCode::CREATED)
+}
+
+/// `POST /api/console/delivery/tokens/{id}/revoke` with `{"reason"?}` (owner, admin).
+async fn revoke_delivery_token(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let body: ReasonBody = optional_body(&body)?;
+        Ok(Call::new("console_revoke_delivery_token").arg("p_token_id", id).opt("p_reason", body.reason))
+    })();
+    respond(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeliveryPublic {
+    public: bool,
+}
+
+/// `POST /api/console/delivery/public` with `{"public": true|false}` (owner only).
+async fn set_delivery_public(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let p: DeliveryPublic = required_body(&body)?;
+        Ok(Call::new("console_set_delivery_public").arg("p_public", p.public))
     })();
     respond(member.call(&state, call).await, StatusCode::OK)
 }

@@ -20,16 +20,19 @@ fn hasher() -> Argon2<'static> {
     Argon2::new(Algorithm::Argon2id, Version::V0x13, params)
 }
 
-fn hash_password(password: &str) -> String {
+/// A salted argon2id hash in PHC form. Pure (no PostgreSQL call), so unit tests can run it.
+fn try_hash_password(password: &str) -> Result<String, String> {
     let mut salt = [0u8; 16];
-    if let Err(e) = getrandom::fill(&mut salt) {
-        error!("querylayer: the operating system RNG failed: {e}");
-    }
-    let salt = SaltString::encode_b64(&salt).unwrap_or_else(|e| error!("querylayer: salt: {e}"));
+    getrandom::fill(&mut salt).map_err(|e| format!("the operating system RNG failed: {e}"))?;
+    let salt = SaltString::encode_b64(&salt).map_err(|e| format!("salt: {e}"))?;
     hasher()
         .hash_password(password.as_bytes(), &salt)
-        .unwrap_or_else(|e| error!("querylayer: hashing a password failed: {e}"))
-        .to_string()
+        .map(|h| h.to_string())
+        .map_err(|e| format!("hashing: {e}"))
+}
+
+fn hash_password(password: &str) -> String {
+    try_hash_password(password).unwrap_or_else(|e| error!("querylayer: a password could not be hashed: {e}"))
 }
 
 fn verify_password(password: &str, hash: &str) -> bool {
@@ -45,7 +48,7 @@ thread_local! {
     static DECOY: String = {
         let mut raw = [0u8; 24];
         let _ = getrandom::fill(&mut raw);
-        hash_password(&crate::secrets::base64url(&raw))
+        try_hash_password(&crate::secrets::base64url(&raw)).unwrap_or_default()
     };
 }
 
@@ -267,12 +270,16 @@ mod unit {
 
     #[test]
     fn a_password_verifies_against_its_own_argon2id_hash_only() {
-        let hash = hash_password("correct horse battery staple");
+        let hash = try_hash_password("correct horse battery staple").unwrap();
         assert!(hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"));
         assert!(verify_password("correct horse battery staple", &hash));
         assert!(!verify_password("correct horse battery stapler", &hash));
         assert!(!verify_password("anything", "not a hash"));
-        assert_ne!(hash, hash_password("correct horse battery staple"), "every hash has its own salt");
+        assert_ne!(
+            hash,
+            try_hash_password("correct horse battery staple").unwrap(),
+            "every hash has its own salt"
+        );
     }
 
     #[test]

@@ -100,35 +100,35 @@ async fn security_headers(request: Request, next: Next) -> Response {
 
 /// The session cookie's name: the `__Host-` prefix (Secure, whole host, no Domain) under https.
 pub(crate) fn cookie_name(state: &AppState) -> &'static str {
-    if state.config.public_url.starts_with("https://") {
+    cookie_name_for(&state.config.public_url)
+}
+
+fn cookie_name_for(public_url: &str) -> &'static str {
+    if public_url.starts_with("https://") {
         "__Host-ql_session"
     } else {
         "ql_session"
     }
 }
 
-fn cookie_attributes(state: &AppState) -> &'static str {
-    if state.config.public_url.starts_with("https://") {
-        "Path=/; HttpOnly; SameSite=Strict; Secure"
-    } else {
-        "Path=/; HttpOnly; SameSite=Strict"
-    }
-}
-
-/// `Set-Cookie` for a new session (twelve hours, as the database's session).
-pub(crate) fn session_cookie(state: &AppState, secret: &str) -> HeaderValue {
+/// `Set-Cookie` for a new session (twelve hours, as the database's session): HttpOnly,
+/// SameSite=Strict, and Secure whenever the public URL is https.
+fn set_cookie_for(public_url: &str, value: &str, max_age: u32) -> HeaderValue {
+    let secure = if public_url.starts_with("https://") { "; Secure" } else { "" };
     HeaderValue::from_str(&format!(
-        "{}={secret}; Max-Age=43200; {}",
-        cookie_name(state),
-        cookie_attributes(state)
+        "{}={value}; Max-Age={max_age}; Path=/; HttpOnly; SameSite=Strict{secure}",
+        cookie_name_for(public_url)
     ))
     .expect("a session secret is a valid cookie value")
 }
 
+pub(crate) fn session_cookie(state: &AppState, secret: &str) -> HeaderValue {
+    set_cookie_for(&state.config.public_url, secret, 43200)
+}
+
 /// `Set-Cookie` that removes the session cookie.
 pub(crate) fn clear_cookie(state: &AppState) -> HeaderValue {
-    HeaderValue::from_str(&format!("{}=; Max-Age=0; {}", cookie_name(state), cookie_attributes(state)))
-        .expect("valid cookie")
+    set_cookie_for(&state.config.public_url, "", 0)
 }
 
 /// The session secret the browser presented, if the cookie is there and well formed.
@@ -328,6 +328,17 @@ mod tests {
         assert!(!same_origin(&headers(&[("host", "127.0.0.1:8080"), ("sec-fetch-site", "cross-site")])));
         assert!(same_origin(&headers(&[("host", "127.0.0.1:8080"), ("sec-fetch-site", "same-origin")])));
         assert!(same_origin(&headers(&[("host", "127.0.0.1:8080")])), "a non-browser client");
+    }
+
+    #[test]
+    fn the_session_cookie_is_httponly_strict_and_secure_under_https() {
+        let http = set_cookie_for("http://127.0.0.1:8080", "qls_x", 43200);
+        assert_eq!(http, "ql_session=qls_x; Max-Age=43200; Path=/; HttpOnly; SameSite=Strict");
+        let https = set_cookie_for("https://edge.example.com", "qls_x", 43200);
+        assert_eq!(
+            https,
+            "__Host-ql_session=qls_x; Max-Age=43200; Path=/; HttpOnly; SameSite=Strict; Secure"
+        );
     }
 
     #[test]
