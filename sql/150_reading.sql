@@ -7,7 +7,7 @@
 CREATE FUNCTION querylayer_api.list_templates() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'name', t.name, 'version', t.version, 'fields', t.fields, 'created_at', t.created_at,
                 'versions', (SELECT count(*) FROM querylayer.templates o WHERE o.site_id = t.site_id AND o.name = t.name))
@@ -47,7 +47,7 @@ DECLARE
     v_item querylayer.content_items;
     v_revs jsonb;
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
     END IF;
@@ -76,7 +76,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_item querylayer.content_items;
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     SELECT * INTO v_item FROM querylayer.content_items WHERE id = p_content_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'content_id: no content item % on this site', p_content_id USING ERRCODE = 'QL404';
@@ -96,7 +96,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_prop querylayer.proposals;
 BEGIN
-    PERFORM querylayer.require_principal('content:read');
+    PERFORM querylayer.require_principal('content:read'::text);
     SELECT * INTO v_prop FROM querylayer.proposals WHERE id = p_proposal_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'proposal_id: no proposal % on this site', p_proposal_id USING ERRCODE = 'QL404';

@@ -24,7 +24,7 @@ CREATE TABLE querylayer.member_invitations (
     revoked_reason  text,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.member_invitations');
+SELECT querylayer.isolate_by_site('querylayer.member_invitations'::regclass);
 CREATE INDEX member_invitations_member ON querylayer.member_invitations (site_id, member_id);
 
 -- An invitation is used once or revoked once; nothing else about it changes.
@@ -69,7 +69,7 @@ CREATE TABLE querylayer.member_passwords (
     invitation_id   uuid NOT NULL REFERENCES querylayer.member_invitations ON DELETE RESTRICT,
     PRIMARY KEY (site_id, member_id)
 );
-SELECT querylayer.isolate_by_site('querylayer.member_passwords');
+SELECT querylayer.isolate_by_site('querylayer.member_passwords'::regclass);
 CREATE POLICY sign_in_lookup ON querylayer.member_passwords FOR SELECT
     USING (lookup_sha256 = querylayer.ctx_presented_fingerprint());
 
@@ -83,7 +83,7 @@ CREATE TABLE querylayer.sign_in_attempts (
     at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     succeeded boolean NOT NULL
 );
-SELECT querylayer.isolate_by_site('querylayer.sign_in_attempts');
+SELECT querylayer.isolate_by_site('querylayer.sign_in_attempts'::regclass);
 CREATE INDEX sign_in_attempts_member ON querylayer.sign_in_attempts (site_id, member_id, at);
 
 -- -------------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ CREATE TABLE querylayer.member_sessions (
     created_by      text NOT NULL,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.member_sessions');
+SELECT querylayer.isolate_by_site('querylayer.member_sessions'::regclass);
 CREATE INDEX member_sessions_member ON querylayer.member_sessions (site_id, member_id);
 CREATE TRIGGER member_sessions_guard BEFORE UPDATE OR DELETE ON querylayer.member_sessions
     FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
@@ -196,13 +196,13 @@ BEGIN
     IF p_expires_at IS NULL OR p_expires_at <= now() OR p_expires_at > now() + interval '30 days' THEN
         RAISE EXCEPTION 'expires_at: an invitation lives between a moment and 30 days' USING ERRCODE = '22023';
     END IF;
-    SELECT * INTO v_new FROM querylayer.new_secret('qli');
+    SELECT * INTO v_new FROM querylayer.new_secret('qli'::text);
     INSERT INTO querylayer.member_invitations (site_id, organization_id, member_id, prefix, expires_at, created_by)
     VALUES (p_site_id, v_site.organization_id, p_member_id, v_new.prefix, p_expires_at, p_created_by)
     RETURNING * INTO v_inv;
     INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
     VALUES (v_new.fingerprint, 'invitation', v_inv.id, v_inv.site_id, v_inv.organization_id);
-    PERFORM querylayer.audit('member.invite', v_inv.id::text,
+    PERFORM querylayer.audit('member.invite'::text, v_inv.id::text,
         jsonb_build_object('member_id', p_member_id, 'expires_at', p_expires_at));
     RETURN jsonb_build_object(
         'invitation_id', v_inv.id, 'token', v_new.secret, 'prefix', v_inv.prefix,
@@ -287,7 +287,7 @@ DECLARE
     v_new  record;
 BEGIN
     SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
-    SELECT * INTO v_new FROM querylayer.new_secret('qls');
+    SELECT * INTO v_new FROM querylayer.new_secret('qls'::text);
     INSERT INTO querylayer.member_sessions (site_id, organization_id, member_id, prefix, expires_at, created_by)
     VALUES (p_site_id, v_site.organization_id, p_member_id, v_new.prefix, now() + interval '12 hours', 'sign-in')
     RETURNING * INTO v_sess;
@@ -327,12 +327,12 @@ $$;
 CREATE FUNCTION querylayer_api.sign_out() RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     IF querylayer.ctx_member_session_id() IS NULL THEN
         RAISE EXCEPTION 'sign_out ends a dashboard session; this request carries a member token' USING ERRCODE = 'QL422',
             HINT = 'member tokens are revoked by an operator (querylayer admin revoke-member-token)';
     END IF;
-    PERFORM querylayer.revoke_credential('querylayer.member_sessions', querylayer.ctx_member_session_id(), 'signed out');
+    PERFORM querylayer.revoke_credential('querylayer.member_sessions'::regclass, querylayer.ctx_member_session_id(), 'signed out'::text);
     RETURN jsonb_build_object('session_id', querylayer.ctx_member_session_id(), 'ended', true);
 END
 $$;
@@ -341,7 +341,7 @@ $$;
 CREATE FUNCTION querylayer_api.console_list_member_sessions() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'session_id', s.id, 'member', m.handle, 'prefix', s.prefix, 'created_at', s.created_at,
                 'expires_at', s.expires_at, 'current', s.id IS NOT DISTINCT FROM querylayer.ctx_member_session_id())
@@ -358,15 +358,15 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v querylayer.member_sessions;
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     SELECT * INTO v FROM querylayer.member_sessions WHERE id = p_session_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'session_id: no member session % on this site', p_session_id USING ERRCODE = 'QL404';
     END IF;
     IF v.member_id <> querylayer.ctx_member_id() THEN
-        PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+        PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
     END IF;
-    RETURN querylayer.revoke_credential('querylayer.member_sessions', p_session_id, coalesce(p_reason, 'revoked'));
+    RETURN querylayer.revoke_credential('querylayer.member_sessions'::regclass, p_session_id, coalesce(p_reason, 'revoked'));
 END
 $$;
 
@@ -397,7 +397,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_member querylayer.members;
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
     IF p_member IS NULL OR p_member !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
         RAISE EXCEPTION 'member: a handle of lowercase letters, digits and ._- is required; got %',
             coalesce(quote_literal(p_member), 'NULL') USING ERRCODE = '22023';
@@ -411,13 +411,13 @@ BEGIN
         INSERT INTO querylayer.members (organization_id, handle, display_name)
         VALUES (querylayer.ctx_organization_id(), p_member, coalesce(nullif(p_display_name, ''), p_member))
         RETURNING * INTO v_member;
-        PERFORM querylayer.audit('member.create', v_member.id::text, jsonb_build_object('handle', v_member.handle));
+        PERFORM querylayer.audit('member.create'::text, v_member.id::text, jsonb_build_object('handle', v_member.handle));
     END IF;
     IF p_role IS NOT NULL THEN
         PERFORM querylayer.check_role_grant(v_member.id, p_role);
         INSERT INTO querylayer.site_members (site_id, member_id, role) VALUES (querylayer.ctx_site_id(), v_member.id, p_role)
         ON CONFLICT (site_id, member_id) DO UPDATE SET role = EXCLUDED.role, granted_at = now();
-        PERFORM querylayer.audit('member.role', v_member.id::text, jsonb_build_object('role', p_role));
+        PERFORM querylayer.audit('member.role'::text, v_member.id::text, jsonb_build_object('role', p_role));
     END IF;
     RETURN querylayer.issue_invitation(querylayer.ctx_site_id(), v_member.id, p_expires_at,
                                        'member:' || querylayer.ctx_member_id());
@@ -428,7 +428,7 @@ $$;
 CREATE FUNCTION querylayer_api.console_list_members() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'member', m.handle, 'display_name', m.display_name, 'role', sm.role, 'granted_at', sm.granted_at,
                 'has_password', EXISTS (SELECT 1 FROM querylayer.member_passwords p
@@ -449,7 +449,7 @@ $$;
 CREATE FUNCTION querylayer_api.console_inbox(p_limit integer DEFAULT 50) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
     END IF;
@@ -483,7 +483,7 @@ DECLARE
     v_id    uuid;
     v_items jsonb;
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
         RAISE EXCEPTION 'state must be draft, published or archived; got %', quote_literal(p_state) USING ERRCODE = '22023';
     END IF;
@@ -523,7 +523,7 @@ CREATE FUNCTION querylayer_api.console_list_runs(
 ) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     IF p_outcome IS NOT NULL AND p_outcome NOT IN ('open', 'completed', 'completed_with_warnings', 'needs_human_input',
                                                     'blocked', 'failed', 'cancelled') THEN
         RAISE EXCEPTION 'outcome must be open, completed, completed_with_warnings, needs_human_input, blocked, failed or cancelled; got %',
@@ -532,9 +532,9 @@ BEGIN
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
     END IF;
-    RETURN (SELECT coalesce(jsonb_agg(querylayer.run_json(r) || jsonb_build_object('agent', r.agent)
-                                      ORDER BY r.started_at DESC, r.id), '[]')
-              FROM (SELECT x.*, a.handle AS agent
+    RETURN (SELECT coalesce(jsonb_agg(querylayer.run_json(r.run) || jsonb_build_object('agent', r.agent)
+                                      ORDER BY (r.run).started_at DESC, (r.run).id), '[]')
+              FROM (SELECT x AS run, a.handle AS agent
                       FROM querylayer.runs x JOIN querylayer.agents a ON a.id = x.agent_id
                       LEFT JOIN querylayer.run_events f ON f.run_id = x.id AND f.kind = 'finished'
                      WHERE x.site_id = querylayer.ctx_site_id()
@@ -550,7 +550,7 @@ $$;
 CREATE FUNCTION querylayer_api.console_list_agents() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(NULL);
+    PERFORM querylayer.require_member(NULL::text[]);
     RETURN jsonb_build_object(
         'scopes', (SELECT jsonb_agg(jsonb_build_object('scope', scope, 'description', description) ORDER BY scope)
                      FROM querylayer.scopes),
@@ -574,14 +574,14 @@ DECLARE
     v_agent  querylayer.agents;
     v_scopes text[];
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
     v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
     v_scopes := querylayer.normalize_scopes(p_scopes);
     INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
     SELECT querylayer.ctx_site_id(), querylayer.ctx_organization_id(), v_agent.id, s, 'member:' || querylayer.ctx_member_id()
       FROM unnest(v_scopes) AS s
     ON CONFLICT DO NOTHING;
-    PERFORM querylayer.audit('agent.grant', v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
     RETURN jsonb_build_object('agent', v_agent.handle,
         'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
                     WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
@@ -595,12 +595,12 @@ DECLARE
     v_agent  querylayer.agents;
     v_scopes text[];
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
     v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
     v_scopes := querylayer.normalize_scopes(p_scopes);
     DELETE FROM querylayer.agent_site_permissions
      WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id AND scope = ANY (v_scopes);
-    PERFORM querylayer.audit('agent.revoke', v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
     RETURN jsonb_build_object('agent', v_agent.handle,
         'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
                     WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
@@ -617,7 +617,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_events jsonb;
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
     IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
     END IF;
@@ -648,7 +648,7 @@ $$;
 CREATE FUNCTION querylayer_api.console_verify_ledger() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
     RETURN querylayer.verify_ledger_site(querylayer.ctx_site_id()) || jsonb_build_object('verified_at', clock_timestamp());
 END
 $$;
@@ -675,7 +675,7 @@ DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     IF NOT EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_site.organization_id AND handle = p_member) THEN
         PERFORM querylayer_api.create_member((SELECT slug FROM querylayer.organizations WHERE id = v_site.organization_id),
@@ -684,7 +684,7 @@ BEGIN
     IF p_role IS NOT NULL THEN
         PERFORM querylayer_api.set_member_role(p_site, p_member, p_role);
     END IF;
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_invitation(v_site.id, v_member.id, p_expires_at, 'operator:' || querylayer.outer_user());
@@ -695,8 +695,8 @@ $$;
 CREATE FUNCTION querylayer_api.revoke_member_session(p_session_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
-    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.member_sessions', p_session_id));
-    RETURN querylayer.revoke_credential('querylayer.member_sessions', p_session_id, coalesce(p_reason, 'revoked'));
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.member_sessions'::regclass, p_session_id));
+    RETURN querylayer.revoke_credential('querylayer.member_sessions'::regclass, p_session_id, coalesce(p_reason, 'revoked'));
 END
 $$;

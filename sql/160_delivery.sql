@@ -18,7 +18,7 @@ CREATE TABLE querylayer.delivery_tokens (
     created_by      text NOT NULL,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.delivery_tokens');
+SELECT querylayer.isolate_by_site('querylayer.delivery_tokens'::regclass);
 CREATE TRIGGER delivery_tokens_guard BEFORE UPDATE OR DELETE ON querylayer.delivery_tokens
     FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
 ALTER TABLE querylayer.delivery_tokens ENABLE ALWAYS TRIGGER delivery_tokens_guard;
@@ -36,7 +36,7 @@ CREATE TABLE querylayer.delivery_settings (
     updated_at      timestamptz NOT NULL DEFAULT now(),
     updated_by      text NOT NULL
 );
-SELECT querylayer.isolate_by_site('querylayer.delivery_settings');
+SELECT querylayer.isolate_by_site('querylayer.delivery_settings'::regclass);
 CREATE POLICY public_site_lookup ON querylayer.delivery_settings FOR SELECT
     USING (public AND site_sha256 = querylayer.ctx_presented_fingerprint());
 
@@ -96,13 +96,13 @@ BEGIN
         RAISE EXCEPTION 'name: a live delivery token named % already exists on this site', quote_literal(p_name)
             USING ERRCODE = 'QL409', HINT = 'revoke it first or choose another name';
     END IF;
-    SELECT * INTO v_new FROM querylayer.new_secret('qld');
+    SELECT * INTO v_new FROM querylayer.new_secret('qld'::text);
     INSERT INTO querylayer.delivery_tokens (site_id, organization_id, name, prefix, expires_at, created_by)
     VALUES (p_site_id, v_site.organization_id, p_name, v_new.prefix, querylayer.check_expiry(p_expires_at), p_created_by)
     RETURNING * INTO v_token;
     INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
     VALUES (v_new.fingerprint, 'delivery_token', v_token.id, v_token.site_id, v_token.organization_id);
-    PERFORM querylayer.audit('delivery_token.create', v_token.id::text,
+    PERFORM querylayer.audit('delivery_token.create'::text, v_token.id::text,
         jsonb_build_object('name', v_token.name, 'expires_at', v_token.expires_at));
     RETURN jsonb_build_object('delivery_token_id', v_token.id, 'token', v_new.secret, 'prefix', v_token.prefix,
                               'name', v_token.name, 'site', v_site.slug, 'expires_at', v_token.expires_at);
@@ -121,7 +121,7 @@ BEGIN
     INSERT INTO querylayer.delivery_settings (site_id, organization_id, site_sha256, public, updated_by)
     VALUES (v_site.id, v_site.organization_id, querylayer.delivery_site_sha256(v_site.slug), p_public, p_by)
     ON CONFLICT (site_id) DO UPDATE SET public = EXCLUDED.public, updated_at = now(), updated_by = EXCLUDED.updated_by;
-    PERFORM querylayer.audit('delivery.public', v_site.id::text, jsonb_build_object('public', p_public));
+    PERFORM querylayer.audit('delivery.public'::text, v_site.id::text, jsonb_build_object('public', p_public));
     RETURN jsonb_build_object('site', v_site.slug, 'public', p_public);
 END
 $$;
@@ -229,7 +229,7 @@ GRANT EXECUTE ON FUNCTION querylayer_api.delivery_item, querylayer_api.delivery_
 CREATE FUNCTION querylayer_api.console_list_delivery() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
     RETURN querylayer.delivery_tokens_json();
 END
 $$;
@@ -237,7 +237,7 @@ $$;
 CREATE FUNCTION querylayer_api.console_create_delivery_token(p_name text, p_expires_at timestamptz) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
     RETURN querylayer.issue_delivery_token(querylayer.ctx_site_id(), p_name, p_expires_at,
                                            'member:' || querylayer.ctx_member_id());
 END
@@ -246,15 +246,15 @@ $$;
 CREATE FUNCTION querylayer_api.console_revoke_delivery_token(p_token_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
-    RETURN querylayer.revoke_credential('querylayer.delivery_tokens', p_token_id, p_reason);
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    RETURN querylayer.revoke_credential('querylayer.delivery_tokens'::regclass, p_token_id, p_reason);
 END
 $$;
 
 CREATE FUNCTION querylayer_api.console_set_delivery_public(p_public boolean) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.require_member(ARRAY['owner']);
+    PERFORM querylayer.require_member(ARRAY['owner']::text[]);
     RETURN querylayer.set_delivery_public(querylayer.ctx_site_id(), p_public, 'member:' || querylayer.ctx_member_id());
 END
 $$;
@@ -269,7 +269,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_delivery_token(v_site.id, p_name, p_expires_at, 'operator:' || querylayer.outer_user());
@@ -279,9 +279,9 @@ $$;
 CREATE FUNCTION querylayer_api.revoke_delivery_token(p_token_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
-    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.delivery_tokens', p_token_id));
-    RETURN querylayer.revoke_credential('querylayer.delivery_tokens', p_token_id, p_reason);
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.delivery_tokens'::regclass, p_token_id));
+    RETURN querylayer.revoke_credential('querylayer.delivery_tokens'::regclass, p_token_id, p_reason);
 END
 $$;
 
@@ -290,7 +290,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL);
+    PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
     PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.set_delivery_public(v_site.id, p_public, 'operator:' || querylayer.outer_user());

@@ -120,6 +120,9 @@ fn a_stale_publish_request_is_flagged_before_anyone_decides() {
     let card = listed.as_array().unwrap().iter().find(|p| p["proposal_id"] == proposal.as_str()).unwrap();
     assert_eq!(card["stale"], true);
     assert_eq!(card["stale_problems"][0]["reason"], "stale_revision");
+    let runs = json("SELECT querylayer_api.console_list_runs('open', 'demo-agent', now() - interval '1 hour')");
+    assert_eq!(runs[0]["agent"], "demo-agent");
+    assert_eq!(json("SELECT querylayer_api.console_list_runs('failed')"), serde_json::json!([]));
     let inbox = json("SELECT querylayer_api.console_inbox()");
     assert_eq!(inbox["proposals"][0]["risk"], "high");
     assert_eq!(inbox["proposals"][0]["stale"], true);

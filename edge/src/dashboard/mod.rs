@@ -76,7 +76,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The headers of every dashboard response: no framing, no inline script, no sniffing, no
-/// referrer (an invitation link must not leak through one), and pages never cached.
+/// referrer to other sites (an invitation link must not leak through one; `no-referrer` would
+/// also make the browser send `Origin: null` on the dashboard's own posts), pages never cached.
 async fn security_headers(request: Request, next: Next) -> Response {
     let is_asset = request.uri().path().starts_with("/assets/");
     let mut response = next.run(request).await;
@@ -90,7 +91,7 @@ async fn security_headers(request: Request, next: Next) -> Response {
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert("cross-origin-opener-policy", HeaderValue::from_static("same-origin"));
     if !is_asset {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

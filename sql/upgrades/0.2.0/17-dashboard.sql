@@ -20,7 +20,7 @@ CREATE TABLE querylayer.member_invitations (
     revoked_reason  text,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.member_invitations');
+SELECT querylayer.isolate_by_site('querylayer.member_invitations'::regclass);
 CREATE INDEX member_invitations_member ON querylayer.member_invitations (site_id, member_id);
 
 CREATE TABLE querylayer.member_passwords (
@@ -33,7 +33,7 @@ CREATE TABLE querylayer.member_passwords (
     invitation_id   uuid NOT NULL REFERENCES querylayer.member_invitations ON DELETE RESTRICT,
     PRIMARY KEY (site_id, member_id)
 );
-SELECT querylayer.isolate_by_site('querylayer.member_passwords');
+SELECT querylayer.isolate_by_site('querylayer.member_passwords'::regclass);
 
 CREATE TABLE querylayer.sign_in_attempts (
     id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -42,7 +42,7 @@ CREATE TABLE querylayer.sign_in_attempts (
     at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     succeeded boolean NOT NULL
 );
-SELECT querylayer.isolate_by_site('querylayer.sign_in_attempts');
+SELECT querylayer.isolate_by_site('querylayer.sign_in_attempts'::regclass);
 CREATE INDEX sign_in_attempts_member ON querylayer.sign_in_attempts (site_id, member_id, at);
 
 CREATE TABLE querylayer.member_sessions (
@@ -58,5 +58,5 @@ CREATE TABLE querylayer.member_sessions (
     created_by      text NOT NULL,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.member_sessions');
+SELECT querylayer.isolate_by_site('querylayer.member_sessions'::regclass);
 CREATE INDEX member_sessions_member ON querylayer.member_sessions (site_id, member_id);

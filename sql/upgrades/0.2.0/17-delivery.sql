@@ -15,7 +15,7 @@ CREATE TABLE querylayer.delivery_tokens (
     created_by      text NOT NULL,
     CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.delivery_tokens');
+SELECT querylayer.isolate_by_site('querylayer.delivery_tokens'::regclass);
 
 CREATE TABLE querylayer.delivery_settings (
     site_id         uuid PRIMARY KEY REFERENCES querylayer.sites ON DELETE RESTRICT,
@@ -25,6 +25,6 @@ CREATE TABLE querylayer.delivery_settings (
     updated_at      timestamptz NOT NULL DEFAULT now(),
     updated_by      text NOT NULL
 );
-SELECT querylayer.isolate_by_site('querylayer.delivery_settings');
+SELECT querylayer.isolate_by_site('querylayer.delivery_settings'::regclass);
 
 CREATE INDEX proposal_executions_site_executed ON querylayer.proposal_executions (site_id, executed_at);

@@ -26,6 +26,8 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 SHOTS = pathlib.Path(os.environ.get("QUERYLAYER_SCREENSHOTS", HERE.parents[2] / "target" / "browser"))
 SHOTS.mkdir(parents=True, exist_ok=True)
@@ -64,6 +66,14 @@ def shot(driver, name: str) -> None:
     width = driver.get_window_size()["width"]
     driver.set_window_size(width, min(height + 120, 6000))
     driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def click_and_wait(driver, element) -> None:
+    """Clicks (a submit button, a link) and waits until the next page has replaced this one."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def axe(driver) -> None:
@@ -118,7 +128,7 @@ def sign_in(driver, handle: str, password: str, site: str = "demo") -> None:
     driver.find_element(By.ID, "handle").clear()
     driver.find_element(By.ID, "handle").send_keys(handle)
     driver.find_element(By.ID, "password").send_keys(password)
-    driver.find_element(By.CSS_SELECTOR, "main form button[type=submit]").click()
+    click_and_wait(driver, driver.find_element(By.CSS_SELECTOR, "main form button[type=submit]"))
     assert driver.current_url == f"{DESK}/inbox", driver.current_url
     harness.issued(driver.get_cookie("ql_session")["value"])
 

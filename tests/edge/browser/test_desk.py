@@ -7,9 +7,10 @@ from datetime import datetime, timezone
 import httpx2
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
 
 import harness
-from conftest import DESK, agent_draft, axe, new_member, request_publish, shot, sign_in, tool
+from conftest import DESK, click_and_wait, agent_draft, axe, new_member, request_publish, shot, sign_in, tool
 
 
 def test_an_invited_member_approves_what_they_read_and_the_website_gets_it(browser):
@@ -27,7 +28,7 @@ def test_an_invited_member_approves_what_they_read_and_the_website_gets_it(brows
     harness.issued(password)
     d.find_element(By.ID, "password").send_keys(password)
     d.find_element(By.ID, "confirm").send_keys(password)
-    d.find_element(By.CSS_SELECTOR, "main form button[type=submit]").click()
+    click_and_wait(d, d.find_element(By.CSS_SELECTOR, "main form button[type=submit]"))
     assert "Password set" in d.page_source
     shot(d, "02-password-set")
     # The link is spent.
@@ -45,7 +46,7 @@ def test_an_invited_member_approves_what_they_read_and_the_website_gets_it(brows
     d.get(f"{DESK}/inbox")
     link = d.find_element(By.LINK_TEXT, proposal["summary"])
     shot(d, "04-inbox-pending")
-    link.click()
+    click_and_wait(d, link)
     # What would go live, rendered (HTML in the draft stays text), and its diff against live.
     article = d.find_element(By.CSS_SELECTOR, "article.rendered")
     assert article.find_element(By.TAG_NAME, "h1").text == "High water"
@@ -56,7 +57,7 @@ def test_an_invited_member_approves_what_they_read_and_the_website_gets_it(brows
     axe(d)
     shot(d, "05-proposal-rendered-with-diff")
     d.find_element(By.ID, "note").send_keys("Read it; good to go.")
-    d.find_element(By.ID, "approve").click()
+    click_and_wait(d, d.find_element(By.ID, "approve"))
     assert d.find_element(By.ID, "state").text == "applied"
     shot(d, "06-approved")
 
@@ -89,11 +90,11 @@ def test_a_stale_request_is_flagged_before_anyone_approves_it(browser):
     card = d.find_element(By.LINK_TEXT, proposal["summary"]).find_element(By.XPATH, "ancestor::li")
     assert "Stale" in card.text and "no longer the current draft" in card.text
     shot(d, "07-inbox-stale-flag")
-    d.find_element(By.LINK_TEXT, proposal["summary"]).click()
+    click_and_wait(d, d.find_element(By.LINK_TEXT, proposal["summary"]))
     assert "This request is stale" in d.find_element(By.ID, "stale-warning").text
     axe(d)
     shot(d, "08-proposal-stale-warning")
-    d.find_element(By.ID, "approve").click()
+    click_and_wait(d, d.find_element(By.ID, "approve"))
     # Approving it anyway is a refusal that says why, and nothing went live.
     error = d.find_element(By.CSS_SELECTOR, ".error").text
     assert "stale" in error and "nothing changed" in error
@@ -113,9 +114,9 @@ def test_an_editor_is_refused_an_archive(browser):
     sign_in(d, handle, password)
     d.get(f"{DESK}/proposals/{archive['proposal_id']}")
     assert "owner, admin" in d.page_source
-    d.find_element(By.ID, "approve").click()
+    click_and_wait(d, d.find_element(By.ID, "approve"))
     error = d.find_element(By.CSS_SELECTOR, ".error").text
-    assert "role editor may not decide this proposal" in error, error
+    assert "role editor may not do this (requires one of: owner, admin)" in error, error
     assert d.find_element(By.ID, "state").text == "pending"
     axe(d)
     shot(d, "10-editor-refused-archive")
@@ -128,14 +129,16 @@ def test_a_new_connection_secret_is_shown_once_with_client_configurations(browse
     d.get(f"{DESK}/connections")
     axe(d)
     name = f"desk {uuid.uuid4().hex[:8]}"
+    Select(d.find_element(By.ID, "agent")).select_by_value("demo-agent")
     d.find_element(By.ID, "name").send_keys(name)
     for scope in ("site:read", "content:read"):
         d.find_element(By.CSS_SELECTOR, f"input[name=scopes][value='{scope}']").click()
-    d.find_element(By.CSS_SELECTOR, "form[action='/connections'] button[type=submit]").click()
+    click_and_wait(d, d.find_element(By.CSS_SELECTOR, "form[action='/connections'] button[type=submit]"))
+    assert d.find_elements(By.ID, "secret-value"), d.find_element(By.TAG_NAME, "main").text
     secret = d.find_element(By.ID, "secret-value").get_attribute("value")
     harness.issued(secret)
     assert secret.startswith("qlc_")
-    for shape in ("Claude Desktop", "Cursor", "VS Code", "&quot;servers&quot;", "mcpServers"):
+    for shape in ("Claude Desktop", "Cursor", "VS Code", '"servers"', "mcpServers"):
         assert shape in d.page_source, shape
     axe(d)
     shot(d, "11-connection-secret-once")
@@ -152,7 +155,7 @@ def test_sign_out_ends_the_session(browser):
     d = browser()
     sign_in(d, handle, password)
     cookie = d.get_cookie("ql_session")["value"]
-    d.find_element(By.CSS_SELECTOR, "header form button[type=submit]").click()
+    click_and_wait(d, d.find_element(By.CSS_SELECTOR, "header form button[type=submit]"))
     assert d.current_url.startswith(f"{DESK}/sign-in") and "signed out" in d.page_source
     assert d.get_cookie("ql_session") is None
     shot(d, "13-signed-out")
@@ -227,10 +230,10 @@ def test_a_member_drafts_through_the_template_contract(browser):
     # Leaving out the required body: the database names the field (the browser's own check is
     # bypassed to reach it).
     d.execute_script("document.getElementById('f-body').removeAttribute('required')")
-    d.find_element(By.CSS_SELECTOR, "main form button[type=submit]").click()
+    click_and_wait(d, d.find_element(By.CSS_SELECTOR, "main form button[type=submit]"))
     assert "missing required fields: body" in d.find_element(By.CSS_SELECTOR, ".error").text
     shot(d, "16-member-draft-refused")
     d.find_element(By.ID, "f-body").send_keys("Body text.")
-    d.find_element(By.CSS_SELECTOR, "main form button[type=submit]").click()
+    click_and_wait(d, d.find_element(By.CSS_SELECTOR, "main form button[type=submit]"))
     assert "Draft saved" in d.page_source and "member " + handle in d.page_source
     shot(d, "17-member-draft-saved")

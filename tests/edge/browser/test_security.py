@@ -8,9 +8,10 @@ import uuid
 import httpx2
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 import harness
-from conftest import DESK, new_member, same_origin_post, shot, sign_in
+from conftest import DESK, click_and_wait, new_member, same_origin_post, shot, sign_in
 
 
 @pytest.fixture
@@ -49,8 +50,9 @@ def test_a_cross_site_form_post_is_refused(browser, attacker_site):
 <input name="csrf_token" value="guessed"></form>
 <script>document.getElementById('f').submit();</script></html>"""
     d.get(f"{origin}/attack")
+    WebDriverWait(d, 20).until(lambda d: d.current_url == f"{DESK}/connections"
+                               and d.execute_script("return document.readyState") == "complete")
     # The browser sent the cookie (same site), but the dashboard refused the foreign origin.
-    assert d.current_url == f"{DESK}/connections"
     assert "request from another site was refused" in d.page_source
     shot(d, "30-cross-site-post-refused")
     owner = harness.Console(harness.member_token())
