@@ -170,6 +170,8 @@ def test_open_in_hermes_links_exactly_and_is_refused_once_the_session_ends(brows
     assert owner.post("/sessions", {"profile_id": "demo-profile-0001", "session_id": session_id}).status_code == 201
     conv = owner.post("/conversations", {"profile_id": "demo-profile-0001", "session_id": session_id,
                                           "title": f"Desk check {session_id}"}).json()
+    turn = owner.post(f"/conversations/{conv['conversation_id']}/turns", {"request": "Draft a page on tides " * 10})
+    assert turn.status_code == 201, turn.text
     handle, password = new_member("editor")
     d = browser()
     sign_in(d, handle, password)
@@ -177,6 +179,10 @@ def test_open_in_hermes_links_exactly_and_is_refused_once_the_session_ends(brows
     assert f"Desk check {session_id}" in d.page_source
     axe(d)
     shot(d, "14-agent-console")
+    d.get(f"{DESK}/console/turns/{turn.json()['turn_id']}")
+    assert "queued" in d.page_source and "No plan yet" in d.page_source
+    axe(d)
+    shot(d, "14-agent-console-turn")
     cookie = {"Cookie": f"ql_session={d.get_cookie('ql_session')['value']}"}
     opened = httpx2.get(f"{DESK}/console/conversations/{conv['conversation_id']}/open", headers=cookie,
                         follow_redirects=False)
