@@ -338,11 +338,13 @@ BEGIN
                         'status', e.status, 'detail', e.detail, 'executed_at', e.executed_at) END,
         -- A pending lifecycle request whose items moved since it was made (the draft changed,
         -- the live page changed, the item was archived): approving it would change nothing.
-        'stale', d.id IS NULL AND jsonb_array_length(querylayer.proposal_problems(p.id)) > 0,
-        'stale_problems', CASE WHEN d.id IS NULL THEN querylayer.proposal_problems(p.id) ELSE '[]'::jsonb END)
+        'stale', jsonb_array_length(pp.problems) > 0,
+        'stale_problems', pp.problems)
       FROM querylayer.proposals p
       LEFT JOIN querylayer.proposal_decisions d ON d.proposal_id = p.id
       LEFT JOIN querylayer.proposal_executions e ON e.proposal_id = p.id
+      CROSS JOIN LATERAL (SELECT CASE WHEN d.id IS NULL AND p.type IN ('publish_lifecycle', 'content_lifecycle')
+                                      THEN querylayer.proposal_problems(p.id) ELSE '[]'::jsonb END AS problems) pp
      WHERE p.id = p_id);
 END
 $$;

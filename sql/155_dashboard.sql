@@ -445,6 +445,9 @@ $$;
 -- -------------------------------------------------------------------------------------------
 -- The dashboard's readings.
 
+-- The content list pages through a site's items by their last change.
+CREATE INDEX content_items_site_updated ON querylayer.content_items (site_id, updated_at DESC, id DESC);
+
 -- Pending proposals by risk (high first), oldest first within a risk: what waits for a human.
 CREATE FUNCTION querylayer_api.console_inbox(p_limit integer DEFAULT 50) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -454,14 +457,17 @@ BEGIN
         RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
     END IF;
     RETURN (
-    WITH pending AS (
-        SELECT p.*, CASE p.risk WHEN 'high' THEN 3 WHEN 'medium' THEN 2 ELSE 1 END AS rank
+    -- Only the columns the page needs: the whole pending set is scanned for the counts.
+    WITH pending AS MATERIALIZED (
+        SELECT p.id, p.risk, p.created_at, p.agent_id, p.run_id,
+               CASE p.risk WHEN 'high' THEN 3 WHEN 'medium' THEN 2 ELSE 1 END AS rank
           FROM querylayer.proposals p
          WHERE p.site_id = querylayer.ctx_site_id()
-           AND NOT EXISTS (SELECT 1 FROM querylayer.proposal_decisions d WHERE d.proposal_id = p.id))
+           AND NOT EXISTS (SELECT 1 FROM querylayer.proposal_decisions d WHERE d.proposal_id = p.id)),
+    counts AS (SELECT risk, count(*) AS n FROM pending GROUP BY risk)
     SELECT jsonb_build_object(
-        'pending', (SELECT count(*) FROM pending),
-        'by_risk', (SELECT jsonb_object_agg(risk, n) FROM (SELECT risk, count(*) AS n FROM pending GROUP BY risk) r),
+        'pending', (SELECT coalesce(sum(n), 0) FROM counts),
+        'by_risk', (SELECT jsonb_object_agg(risk, n) FROM counts),
         'proposals', (SELECT coalesce(jsonb_agg(querylayer.proposal_json(x.id) || jsonb_build_object(
                           'agent', (SELECT handle FROM querylayer.agents WHERE id = x.agent_id),
                           'run_type', (SELECT run_type FROM querylayer.runs WHERE id = x.run_id),

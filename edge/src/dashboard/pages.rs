@@ -282,7 +282,7 @@ pub async fn accept_invite(State(state): State<AppState>, headers: HeaderMap, bo
 // Approvals.
 
 pub async fn inbox(State(state): State<AppState>, headers: HeaderMap, params: Params) -> Response {
-    show(&state, &headers, vec![Call::new("console_inbox").arg("p_limit", 100)], "/", |me, r| {
+    show(&state, &headers, vec![Call::new("console_inbox").arg("p_limit", 50)], "/", |me, r| {
         page(
             StatusCode::OK,
             "inbox.html",

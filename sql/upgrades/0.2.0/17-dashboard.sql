@@ -60,3 +60,6 @@ CREATE TABLE querylayer.member_sessions (
 );
 SELECT querylayer.isolate_by_site('querylayer.member_sessions'::regclass);
 CREATE INDEX member_sessions_member ON querylayer.member_sessions (site_id, member_id);
+
+-- The dashboard's content list pages through a site's items by their last change.
+CREATE INDEX content_items_site_updated ON querylayer.content_items (site_id, updated_at DESC, id DESC);
