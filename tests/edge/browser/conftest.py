@@ -26,7 +26,7 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.common.exceptions import WebDriverException  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 SHOTS = pathlib.Path(os.environ.get("QUERYLAYER_SCREENSHOTS", HERE.parents[2] / "target" / "browser"))
@@ -72,8 +72,17 @@ def click_and_wait(driver, element) -> None:
     """Clicks (a submit button, a link) and waits until the next page has replaced this one."""
     page = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
-    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+    def replaced(_):
+        try:
+            page.is_enabled()
+            return False
+        except WebDriverException:  # stale, or the node left the document mid-navigation
+            return True
+
+    WebDriverWait(driver, 20).until(replaced)
+    WebDriverWait(driver, 20, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def axe(driver) -> None:
