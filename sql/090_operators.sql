@@ -310,8 +310,10 @@ BEGIN
         -- Already revoked: revocation is idempotent, the first time stays recorded.
         RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', true);
     END IF;
-    PERFORM querylayer.audit(CASE p_table WHEN 'querylayer.connections'::regclass THEN 'connection.revoke'
-                                          ELSE 'member_token.revoke' END,
+    PERFORM querylayer.audit(CASE p_table::text WHEN 'querylayer.connections' THEN 'connection.revoke'
+                                                WHEN 'querylayer.member_sessions' THEN 'session.revoke'
+                                                WHEN 'querylayer.delivery_tokens' THEN 'delivery_token.revoke'
+                                                ELSE 'member_token.revoke' END,
                              p_id::text, jsonb_build_object('reason', p_reason));
     -- No backend goes on acting with it: those holding its context end now, and one that is
     -- authenticating waits for this revocation to commit, then sees it.

@@ -209,7 +209,7 @@ impl Db {
         Ok(Db { pool })
     }
 
-    async fn client(&self) -> Result<Object, Error> {
+    pub(crate) async fn client(&self) -> Result<Object, Error> {
         Ok(self.pool.get().await?)
     }
 
@@ -254,6 +254,11 @@ impl Db {
 
     pub async fn record_failed_member_authentication(&self, fingerprint: &Fingerprint, channel: &str) {
         self.record_failure("record_failed_member_authentication", fingerprint, channel).await
+    }
+
+    /// The same for a delivery token (the delivery API).
+    pub async fn record_failed_delivery_authentication(&self, fingerprint: &Fingerprint) {
+        self.record_failure("record_failed_delivery_authentication", fingerprint, "delivery").await
     }
 
     async fn record_failure(&self, function: &'static str, fingerprint: &Fingerprint, channel: &str) {
