@@ -204,6 +204,9 @@ ALTER TABLE querylayer.task_steps ENABLE ALWAYS TRIGGER task_steps_guard;
 CREATE FUNCTION querylayer.task_plans_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
+        RETURN NEW;  -- a restore brings the row as it was dumped
+    END IF;
     IF TG_OP = 'INSERT' THEN
         PERFORM 1 FROM querylayer.console_turns t
           WHERE t.id = NEW.turn_id AND t.state = 'claimed' AND t.claimed_connection_id = NEW.connection_id

@@ -4069,6 +4069,9 @@ CREATE OR REPLACE FUNCTION querylayer.task_plans_guard()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
+    IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
+        RETURN NEW;  -- a restore brings the row as it was dumped
+    END IF;
     IF TG_OP = 'INSERT' THEN
         PERFORM 1 FROM querylayer.console_turns t
           WHERE t.id = NEW.turn_id AND t.state = 'claimed' AND t.claimed_connection_id = NEW.connection_id

@@ -392,7 +392,7 @@ mod tests {
         assert!(!forged);
         // Governed history stays: the run this agent began is untouched.
         authenticate(&secret);
-        assert!(json("SELECT querylayer_api.list_runs(10)").is_array());
+        assert!(json("SELECT querylayer_api.list_runs(10)")["runs"].is_array());
     }
 
     #[pg_test]
