@@ -111,6 +111,9 @@ ALTER TABLE querylayer.member_sessions ENABLE ALWAYS TRIGGER member_sessions_gua
 CREATE TRIGGER member_sessions_no_truncate BEFORE TRUNCATE ON querylayer.member_sessions
     FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.member_sessions ENABLE ALWAYS TRIGGER member_sessions_no_truncate;
+INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
+    ('member_sessions', 'revoked_reason', 'reason', 1000);
+SELECT querylayer.limit_values('querylayer.member_sessions'::regclass, true);
 
 -- Called by the extension while it resolves a session cookie (that session's site only).
 CREATE FUNCTION querylayer.resolve_member_session(p_id uuid) RETURNS jsonb
@@ -131,7 +134,7 @@ BEGIN
         RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
     ELSIF r.revoked_at IS NOT NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= now() THEN
+    ELSIF r.expires_at <= clock_timestamp() THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'expired');
     ELSIF r.role IS NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'no_site_role');
@@ -165,7 +168,7 @@ BEGIN
         RETURN jsonb_build_object('ok', false, 'reason', 'used');
     ELSIF r.revoked_at IS NOT NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= now() THEN
+    ELSIF r.expires_at <= clock_timestamp() THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'expired');
     ELSIF r.role IS NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'no_site_role');
@@ -232,9 +235,16 @@ BEGIN
     ON CONFLICT (site_id, member_id) DO UPDATE
        SET lookup_sha256 = EXCLUDED.lookup_sha256, password_hash = EXCLUDED.password_hash,
            set_at = clock_timestamp(), invitation_id = EXCLUDED.invitation_id;
-    UPDATE querylayer.member_sessions SET revoked_at = now(), revoked_reason = 'password set'
-     WHERE site_id = v_inv.site_id AND member_id = v_inv.member_id AND revoked_at IS NULL;
-    GET DIAGNOSTICS v_ended = ROW_COUNT;
+    WITH ended AS (
+        UPDATE querylayer.member_sessions SET revoked_at = now(), revoked_reason = 'password set'
+         WHERE site_id = v_inv.site_id AND member_id = v_inv.member_id AND revoked_at IS NULL
+        RETURNING id)
+    SELECT count(*) INTO v_ended FROM ended;
+    -- No backend goes on acting through an ended session.
+    PERFORM querylayer.end_credential_sessions(s.id)
+       FROM querylayer.member_sessions s
+      WHERE s.site_id = v_inv.site_id AND s.member_id = v_inv.member_id AND s.revoked_reason = 'password set'
+        AND s.revoked_at = now();
     INSERT INTO querylayer.audit_events (site_id, organization_id, principal_kind, member_id, action, target, detail)
     VALUES (v_inv.site_id, v_inv.organization_id, 'member', v_inv.member_id, 'member.password', v_inv.id::text,
             jsonb_build_object('sessions_ended', v_ended));
@@ -338,17 +348,26 @@ END
 $$;
 
 -- The site's open sessions: a member sees their own; owners and admins see everyone's.
-CREATE FUNCTION querylayer_api.console_list_member_sessions() RETURNS jsonb
+CREATE FUNCTION querylayer_api.console_list_member_sessions(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('member_sessions'::text, p_cursor);
+    RETURN querylayer.page('member_sessions'::text, 'sessions'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(s.created_at), 'id', s.id, 'item', jsonb_build_object(
                 'session_id', s.id, 'member', m.handle, 'prefix', s.prefix, 'created_at', s.created_at,
-                'expires_at', s.expires_at, 'current', s.id IS NOT DISTINCT FROM querylayer.ctx_member_session_id())
-                ORDER BY s.created_at DESC), '[]')
-              FROM querylayer.member_sessions s JOIN querylayer.members m ON m.id = s.member_id
-             WHERE s.site_id = querylayer.ctx_site_id() AND s.revoked_at IS NULL AND s.expires_at > now()
-               AND (s.member_id = querylayer.ctx_member_id() OR querylayer.ctx_member_role() IN ('owner', 'admin')));
+                'expires_at', s.expires_at, 'current', s.id IS NOT DISTINCT FROM querylayer.ctx_member_session_id()))
+                ORDER BY s.created_at DESC, s.id DESC)
+          FROM (SELECT * FROM querylayer.member_sessions x
+                 WHERE x.site_id = querylayer.ctx_site_id() AND x.revoked_at IS NULL AND x.expires_at > now()
+                   AND (x.member_id = querylayer.ctx_member_id() OR querylayer.ctx_member_role() IN ('owner', 'admin'))
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at DESC, x.id DESC LIMIT p_limit + 1) s
+          JOIN querylayer.members m ON m.id = s.member_id));
 END
 $$;
 
@@ -417,6 +436,8 @@ BEGIN
         PERFORM querylayer.check_role_grant(v_member.id, p_role);
         INSERT INTO querylayer.site_members (site_id, member_id, role) VALUES (querylayer.ctx_site_id(), v_member.id, p_role)
         ON CONFLICT (site_id, member_id) DO UPDATE SET role = EXCLUDED.role, granted_at = now();
+        -- A member acting with the old role right now stops: their tokens' and sessions' backends end.
+        PERFORM querylayer.end_member_credentials(querylayer.ctx_site_id(), v_member.id);
         PERFORM querylayer.audit('member.role'::text, v_member.id::text, jsonb_build_object('role', p_role));
     END IF;
     RETURN querylayer.issue_invitation(querylayer.ctx_site_id(), v_member.id, p_expires_at,
@@ -425,20 +446,28 @@ END
 $$;
 
 -- The site's members with their roles and whether they can sign in (owner, admin).
-CREATE FUNCTION querylayer_api.console_list_members() RETURNS jsonb
+CREATE FUNCTION querylayer_api.console_list_members(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                'member', m.handle, 'display_name', m.display_name, 'role', sm.role, 'granted_at', sm.granted_at,
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('members'::text, p_cursor);
+    RETURN querylayer.page('members'::text, 'members'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', x.handle, 'id', x.id, 'item', jsonb_build_object(
+                'member', x.handle, 'display_name', x.display_name, 'role', x.role, 'granted_at', x.granted_at,
                 'has_password', EXISTS (SELECT 1 FROM querylayer.member_passwords p
-                                         WHERE p.site_id = sm.site_id AND p.member_id = m.id),
+                                         WHERE p.site_id = x.site_id AND p.member_id = x.id),
                 'open_invitations', (SELECT count(*) FROM querylayer.member_invitations i
-                                      WHERE i.site_id = sm.site_id AND i.member_id = m.id AND i.used_at IS NULL
-                                        AND i.revoked_at IS NULL AND i.expires_at > now()))
-                ORDER BY m.handle), '[]')
-              FROM querylayer.site_members sm JOIN querylayer.members m ON m.id = sm.member_id
-             WHERE sm.site_id = querylayer.ctx_site_id());
+                                      WHERE i.site_id = x.site_id AND i.member_id = x.id AND i.used_at IS NULL
+                                        AND i.revoked_at IS NULL AND i.expires_at > now())))
+                ORDER BY x.handle, x.id)
+          FROM (SELECT m.id, m.handle, m.display_name, sm.role, sm.granted_at, sm.site_id
+                  FROM querylayer.site_members sm JOIN querylayer.members m ON m.id = sm.member_id
+                 WHERE sm.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL OR (m.handle, m.id) > (v_after.after_key, v_after.after_id))
+                 ORDER BY m.handle, m.id LIMIT p_limit + 1) x));
 END
 $$;
 
@@ -449,12 +478,24 @@ $$;
 CREATE INDEX content_items_site_updated ON querylayer.content_items (site_id, updated_at DESC, id DESC);
 
 -- Pending proposals by risk (high first), oldest first within a risk: what waits for a human.
-CREATE FUNCTION querylayer_api.console_inbox(p_limit integer DEFAULT 50) RETURNS jsonb
+CREATE FUNCTION querylayer_api.console_inbox(p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
+    v_rank  integer;
+    v_at    timestamptz;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
+    PERFORM querylayer.page_limit(p_limit, 200);
+    v_after := querylayer.page_after('inbox'::text, p_cursor);
+    IF v_after.after_id IS NOT NULL THEN
+        BEGIN
+            v_rank := split_part(v_after.after_key, ' ', 1)::integer;
+            v_at := substr(v_after.after_key, strpos(v_after.after_key, ' ') + 1)::timestamptz;
+        EXCEPTION WHEN others THEN
+            RAISE EXCEPTION 'cursor: not a cursor of this list' USING ERRCODE = '22023',
+                HINT = 'pass the next_cursor of the previous page unchanged';
+        END;
     END IF;
     RETURN (
     -- Only the columns the page needs: the whole pending set is scanned for the counts.
@@ -467,15 +508,21 @@ BEGIN
     counts AS (SELECT risk, count(*) AS n FROM pending GROUP BY risk)
     SELECT jsonb_build_object(
         'pending', (SELECT coalesce(sum(n), 0) FROM counts),
-        'by_risk', (SELECT jsonb_object_agg(risk, n) FROM counts),
-        'proposals', (SELECT coalesce(jsonb_agg(querylayer.proposal_json(x.id) || jsonb_build_object(
+        'by_risk', (SELECT jsonb_object_agg(risk, n) FROM counts))
+        || querylayer.page('inbox'::text, 'proposals'::text, p_limit, (
+            SELECT jsonb_agg(jsonb_build_object(
+                       'key', x.rank::text || ' ' || querylayer.page_key(x.created_at), 'id', x.id,
+                       'item', querylayer.proposal_json(x.id) || jsonb_build_object(
                           'agent', (SELECT handle FROM querylayer.agents WHERE id = x.agent_id),
                           'run_type', (SELECT run_type FROM querylayer.runs WHERE id = x.run_id),
                           'slugs', (SELECT coalesce(jsonb_agg(c.slug ORDER BY i.ordinal), '[]')
                                       FROM querylayer.proposal_items i JOIN querylayer.content_items c ON c.id = i.content_id
-                                     WHERE i.proposal_id = x.id))
-                          ORDER BY x.rank DESC, x.created_at, x.id), '[]')
-                        FROM (SELECT * FROM pending ORDER BY rank DESC, created_at, id LIMIT p_limit) x)));
+                                     WHERE i.proposal_id = x.id)))
+                          ORDER BY x.rank DESC, x.created_at, x.id)
+              FROM (SELECT * FROM pending y
+                     WHERE v_rank IS NULL OR y.rank < v_rank
+                        OR (y.rank = v_rank AND (y.created_at, y.id) > (v_at, v_after.after_id))
+                     ORDER BY y.rank DESC, y.created_at, y.id LIMIT p_limit + 1) x)));
 END
 $$;
 
@@ -485,49 +532,40 @@ CREATE FUNCTION querylayer_api.console_list_content(p_state text DEFAULT NULL, p
                                                     p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_at    timestamptz;
-    v_id    uuid;
-    v_items jsonb;
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
     IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
         RAISE EXCEPTION 'state must be draft, published or archived; got %', quote_literal(p_state) USING ERRCODE = '22023';
     END IF;
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
-    END IF;
-    IF p_cursor IS NOT NULL THEN
-        BEGIN
-            v_at := split_part(p_cursor, '|', 1)::timestamptz;
-            v_id := split_part(p_cursor, '|', 2)::uuid;
-        EXCEPTION WHEN others THEN
-            RAISE EXCEPTION 'cursor: not a cursor this function returned' USING ERRCODE = '22023';
-        END;
-    END IF;
-    SELECT coalesce(jsonb_agg(querylayer.content_json(i) ORDER BY i.updated_at DESC, i.id DESC), '[]') INTO v_items
-      FROM (SELECT * FROM querylayer.content_items c
-             WHERE c.site_id = querylayer.ctx_site_id()
-               AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
-               AND (v_at IS NULL OR (c.updated_at, c.id) < (v_at, v_id))
-             ORDER BY c.updated_at DESC, c.id DESC LIMIT p_limit) i;
-    RETURN jsonb_build_object(
-        'items', v_items,
+    PERFORM querylayer.page_limit(p_limit, 200);
+    v_after := querylayer.page_after('desk_content'::text, p_cursor);
+    RETURN querylayer.page('desk_content'::text, 'items'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(i.updated_at), 'id', i.id,
+                                            'item', querylayer.content_json(i)) ORDER BY i.updated_at DESC, i.id DESC)
+          FROM (SELECT * FROM querylayer.content_items c
+                 WHERE c.site_id = querylayer.ctx_site_id()
+                   AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
+                   AND (v_after.after_id IS NULL
+                        OR (c.updated_at, c.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY c.updated_at DESC, c.id DESC LIMIT p_limit + 1) i))
+        || jsonb_build_object(
         'counts', (SELECT jsonb_build_object(
                        'draft', count(*) FILTER (WHERE archived_at IS NULL AND published_revision_id IS NULL),
                        'published', count(*) FILTER (WHERE archived_at IS NULL AND published_revision_id IS NOT NULL),
                        'archived', count(*) FILTER (WHERE archived_at IS NOT NULL))
-                     FROM querylayer.content_items WHERE site_id = querylayer.ctx_site_id()),
-        'next_cursor', CASE WHEN jsonb_array_length(v_items) = p_limit
-                            THEN (v_items->-1->>'updated_at') || '|' || (v_items->-1->>'content_id') END);
+                     FROM querylayer.content_items WHERE site_id = querylayer.ctx_site_id()));
 END
 $$;
 
 -- Runs filtered by outcome (or `open`), agent handle and start time, newest first.
 CREATE FUNCTION querylayer_api.console_list_runs(
     p_outcome text DEFAULT NULL, p_agent text DEFAULT NULL, p_since timestamptz DEFAULT NULL,
-    p_until timestamptz DEFAULT NULL, p_limit integer DEFAULT 50
+    p_until timestamptz DEFAULT NULL, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
     IF p_outcome IS NOT NULL AND p_outcome NOT IN ('open', 'completed', 'completed_with_warnings', 'needs_human_input',
@@ -535,20 +573,23 @@ BEGIN
         RAISE EXCEPTION 'outcome must be open, completed, completed_with_warnings, needs_human_input, blocked, failed or cancelled; got %',
             quote_literal(p_outcome) USING ERRCODE = '22023';
     END IF;
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
-    END IF;
-    RETURN (SELECT coalesce(jsonb_agg(querylayer.run_json(r.run) || jsonb_build_object('agent', r.agent)
-                                      ORDER BY (r.run).started_at DESC, (r.run).id), '[]')
-              FROM (SELECT x AS run, a.handle AS agent
-                      FROM querylayer.runs x JOIN querylayer.agents a ON a.id = x.agent_id
-                      LEFT JOIN querylayer.run_events f ON f.run_id = x.id AND f.kind = 'finished'
-                     WHERE x.site_id = querylayer.ctx_site_id()
-                       AND (p_agent IS NULL OR a.handle = p_agent)
-                       AND (p_since IS NULL OR x.started_at >= p_since)
-                       AND (p_until IS NULL OR x.started_at < p_until)
-                       AND (p_outcome IS NULL OR (p_outcome = 'open' AND f.id IS NULL) OR f.outcome = p_outcome)
-                     ORDER BY x.started_at DESC, x.id LIMIT p_limit) r);
+    PERFORM querylayer.page_limit(p_limit, 200);
+    v_after := querylayer.page_after('desk_runs'::text, p_cursor);
+    RETURN querylayer.page('desk_runs'::text, 'runs'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key((r.run).started_at), 'id', (r.run).id,
+                                            'item', querylayer.run_json(r.run) || jsonb_build_object('agent', r.agent))
+                         ORDER BY (r.run).started_at DESC, (r.run).id DESC)
+          FROM (SELECT x AS run, a.handle AS agent
+                  FROM querylayer.runs x JOIN querylayer.agents a ON a.id = x.agent_id
+                  LEFT JOIN querylayer.run_events f ON f.run_id = x.id AND f.kind = 'finished'
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (p_agent IS NULL OR a.handle = p_agent)
+                   AND (p_since IS NULL OR x.started_at >= p_since)
+                   AND (p_until IS NULL OR x.started_at < p_until)
+                   AND (p_outcome IS NULL OR (p_outcome = 'open' AND f.id IS NULL) OR f.outcome = p_outcome)
+                   AND (v_after.after_id IS NULL
+                        OR (x.started_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.started_at DESC, x.id DESC LIMIT p_limit + 1) r));
 END
 $$;
 
@@ -606,6 +647,11 @@ BEGIN
     v_scopes := querylayer.normalize_scopes(p_scopes);
     DELETE FROM querylayer.agent_site_permissions
      WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id AND scope = ANY (v_scopes);
+    -- A connection acting with a withdrawn scope right now stops: its sessions end.
+    PERFORM querylayer.end_credential_sessions(c.id)
+       FROM querylayer.connections c
+      WHERE c.site_id = querylayer.ctx_site_id() AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
+        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
     PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
     RETURN jsonb_build_object('agent', v_agent.handle,
         'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
@@ -617,36 +663,43 @@ $$;
 -- kind, or an agent's or member's handle) and action (exact, or a prefix ending in '.').
 CREATE FUNCTION querylayer_api.console_list_audit(
     p_since timestamptz DEFAULT NULL, p_until timestamptz DEFAULT NULL, p_actor text DEFAULT NULL,
-    p_action text DEFAULT NULL, p_limit integer DEFAULT 50, p_before bigint DEFAULT NULL
+    p_action text DEFAULT NULL, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_events jsonb;
+    v_after  record;
+    v_before bigint;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
+    PERFORM querylayer.page_limit(p_limit, 200);
+    v_after := querylayer.page_after('audit'::text, p_cursor);
+    IF v_after.after_key IS NOT NULL THEN
+        BEGIN
+            v_before := v_after.after_key::bigint;
+        EXCEPTION WHEN others THEN
+            RAISE EXCEPTION 'cursor: not a cursor of this list' USING ERRCODE = '22023',
+                HINT = 'pass the next_cursor of the previous page unchanged';
+        END;
     END IF;
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
+    -- Audit records are numbered, not keyed by uuid: the cursor carries the number, and the nil uuid.
+    RETURN querylayer.page('audit'::text, 'events'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', e.id::text, 'id', '00000000-0000-0000-0000-000000000000'::uuid,
+               'item', jsonb_build_object(
                'id', e.id, 'at', e.at, 'principal_kind', e.principal_kind, 'agent', e.agent, 'member', e.member,
                'operator_role', e.operator_role, 'action', e.action, 'outcome', e.outcome, 'target', e.target,
-               'detail', e.detail) ORDER BY e.id DESC), '[]')
-      INTO v_events
+               'detail', e.detail)) ORDER BY e.id DESC)
       FROM (SELECT x.*, a.handle AS agent, m.handle AS member
               FROM querylayer.audit_events x
               LEFT JOIN querylayer.agents a ON a.id = x.agent_id
               LEFT JOIN querylayer.members m ON m.id = x.member_id
              WHERE x.site_id = querylayer.ctx_site_id()
-               AND (p_before IS NULL OR x.id < p_before)
+               AND (v_before IS NULL OR x.id < v_before)
                AND (p_since IS NULL OR x.at >= p_since)
                AND (p_until IS NULL OR x.at < p_until)
                AND (p_action IS NULL OR x.action = p_action
                     OR (right(p_action, 1) = '.' AND starts_with(x.action, p_action)))
                AND (p_actor IS NULL OR x.principal_kind = p_actor OR a.handle = p_actor OR m.handle = p_actor)
-             ORDER BY x.id DESC LIMIT p_limit) e;
-    RETURN jsonb_build_object(
-        'events', v_events,
-        'next_before', CASE WHEN jsonb_array_length(v_events) = p_limit THEN (v_events->-1->>'id')::bigint END);
+             ORDER BY x.id DESC LIMIT p_limit + 1) e));
 END
 $$;
 

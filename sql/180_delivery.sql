@@ -25,6 +25,9 @@ ALTER TABLE querylayer.delivery_tokens ENABLE ALWAYS TRIGGER delivery_tokens_gua
 CREATE TRIGGER delivery_tokens_no_truncate BEFORE TRUNCATE ON querylayer.delivery_tokens
     FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.delivery_tokens ENABLE ALWAYS TRIGGER delivery_tokens_no_truncate;
+INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
+    ('delivery_tokens', 'revoked_reason', 'reason', 1000);
+SELECT querylayer.limit_values('querylayer.delivery_tokens'::regclass, true);
 
 -- A site's delivery settings. The row of a public site is found without any credential by the
 -- SHA-256 of its slug, and only while the extension resolves exactly that slug.
@@ -73,7 +76,7 @@ BEGIN
         RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
     ELSIF r.revoked_at IS NOT NULL THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF r.expires_at <= now() THEN
+    ELSIF r.expires_at <= clock_timestamp() THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'expired');
     END IF;
     RETURN jsonb_build_object('ok', true, 'organization_id', r.organization_id, 'site_id', r.site_id,

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::auth::{bearer, Fingerprint};
+use crate::bulkhead::Access;
 use crate::db::Call;
 use crate::error::Error;
 use crate::AppState;
@@ -60,7 +61,14 @@ async fn item(
 /// BEGIN READ ONLY; authenticate_delivery; the call; COMMIT. Then the conditional answer.
 async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) -> Response {
     let token = bearer(headers).map(Fingerprint::of);
+    // The site's share of the pool, once this edge has served the token (or the public site)
+    // before: a site is never given permits on the word of an unauthenticated request.
+    let known = token.clone().unwrap_or_else(|| Fingerprint::of(&format!("public delivery: {site}")));
     let result = async {
+        let _permit = match state.sites.site_of(known.as_bytes()) {
+            Some(site) => Some(state.sites.acquire(&site, Access::Read).await?),
+            None => None,
+        };
         let mut client = state.db.client().await?;
         let tx = client.build_transaction().read_only(true).start().await?;
         let auth: Value = tx
@@ -71,6 +79,7 @@ async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) 
             .await
             .map_err(|e| Error::from_db(&e))?
             .get(0);
+        state.sites.remember(known.as_bytes(), auth["site"].as_str().unwrap_or(site));
         if let Some(id) = auth["delivery_token_id"].as_str().and_then(|s| s.parse::<uuid::Uuid>().ok()) {
             state.limiter.check(id).map_err(Error::rate_limited)?;
         }

@@ -129,6 +129,7 @@ fn password_row(site: &str, handle: &str) -> Option<(Uuid, Uuid, Uuid, String)> 
 /// own page changes nothing. A token that is not this session's is reported as `mismatch`
 /// (the calling SQL function refuses with QL403) and no context is held.
 #[pg_extern(volatile, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
 fn session_authenticate(fingerprint: &[u8], csrf: Option<&str>) -> JsonB {
     context::refuse_if_established();
     let verdict = match context::resolve(Credential::MemberSession, fingerprint, true) {

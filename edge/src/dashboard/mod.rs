@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::auth::Fingerprint;
+use crate::bulkhead::Access;
 use crate::db::Call;
 use crate::error::Error;
 use crate::AppState;
@@ -45,6 +46,7 @@ pub fn router() -> Router<AppState> {
         .route("/revisions/{id}", get(pages::revision))
         .route("/runs", get(pages::runs))
         .route("/runs/{id}", get(pages::run))
+        .route("/runs/{id}/cancel", post(pages::cancel_run))
         .route("/connections", get(pages::connections).post(pages::create_connection))
         .route("/connections/{id}/revoke", post(pages::revoke_connection))
         .route("/agents", get(pages::agents))
@@ -197,6 +199,16 @@ pub(crate) async fn run_calls(
     calls: &[Call],
 ) -> (Option<Me>, Result<Vec<Value>, Error>) {
     let fingerprint = Fingerprint::of(secret);
+    // The site's share of the pool (once this edge has seen the session): a page with its CSRF
+    // token may write, one without only reads.
+    let access = if csrf.is_some() { Access::Write } else { Access::Read };
+    let _permit = match state.sites.site_of(fingerprint.as_bytes()) {
+        Some(site) => match state.sites.acquire(&site, access).await {
+            Ok(permit) => Some(permit),
+            Err(e) => return (None, Err(e)),
+        },
+        None => None,
+    };
     let mut client = match state.db.client().await {
         Ok(c) => c,
         Err(e) => return (None, Err(e)),
@@ -212,6 +224,9 @@ pub(crate) async fn run_calls(
         Ok(row) => row.get(0),
         Err(e) => return (None, Err(e.into())),
     };
+    if let Some(site) = me["site"].as_str() {
+        state.sites.remember(fingerprint.as_bytes(), site);
+    }
     if let Some(id) = me["session_id"].as_str().and_then(|s| s.parse::<Uuid>().ok()) {
         if let Err(retry) = state.limiter.check(id) {
             return (Some(me), Err(Error::rate_limited(retry)));

@@ -63,3 +63,7 @@ CREATE INDEX member_sessions_member ON querylayer.member_sessions (site_id, memb
 
 -- The dashboard's content list pages through a site's items by their last change.
 CREATE INDEX content_items_site_updated ON querylayer.content_items (site_id, updated_at DESC, id DESC);
+
+-- The size limit of what members write into sessions (the trigger comes from the fresh install).
+INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
+    ('member_sessions', 'revoked_reason', 'reason', 1000);

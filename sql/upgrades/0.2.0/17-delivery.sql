@@ -28,3 +28,7 @@ CREATE TABLE querylayer.delivery_settings (
 SELECT querylayer.isolate_by_site('querylayer.delivery_settings'::regclass);
 
 CREATE INDEX proposal_executions_site_executed ON querylayer.proposal_executions (site_id, executed_at);
+
+-- The size limit of what members write into delivery tokens (the trigger comes from the fresh install).
+INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
+    ('delivery_tokens', 'revoked_reason', 'reason', 1000);
