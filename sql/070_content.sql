@@ -317,7 +317,9 @@ BEGIN
                                      'member_id', v.member_id, 'member', m.handle),
         'created_at', v.created_at, 'is_draft', v.id = i.draft_revision_id,
         'is_live', v.id IS NOT DISTINCT FROM i.published_revision_id,
-        'record_sha256', encode(v.record_sha256, 'hex'))
+        'record_sha256', encode(v.record_sha256, 'hex'),
+        'previous_revision_id', (SELECT p.id FROM querylayer.content_revisions p
+                                  WHERE p.content_id = v.content_id AND p.revision_number = v.revision_number - 1))
       FROM querylayer.content_revisions v
       JOIN querylayer.templates t ON t.id = v.template_id
       JOIN querylayer.content_items i ON i.id = v.content_id

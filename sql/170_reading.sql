@@ -38,34 +38,29 @@ BEGIN
 END
 $$;
 
--- An item's revisions, newest first, `p_limit` at a time; `p_before` (a revision number, the
--- previous page's next_before) continues.
-CREATE FUNCTION querylayer_api.list_revisions(p_content_id uuid, p_limit integer DEFAULT 50, p_before integer DEFAULT NULL)
+-- An item's revisions, newest first, `p_limit` at a time; `p_cursor` (the previous page's
+-- next_cursor) continues.
+CREATE FUNCTION querylayer_api.list_revisions(p_content_id uuid, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_item querylayer.content_items;
-    v_revs jsonb;
+    v_item  querylayer.content_items;
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 200 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 200' USING ERRCODE = '22023';
-    END IF;
+    PERFORM querylayer.page_limit(p_limit, 200);
+    v_after := querylayer.page_after('revisions'::text, p_cursor);
     SELECT * INTO v_item FROM querylayer.content_items WHERE id = p_content_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'content_id: no content item % on this site', p_content_id USING ERRCODE = 'QL404';
     END IF;
-    SELECT coalesce(jsonb_agg(querylayer.revision_summary(r, v_item) ORDER BY r.revision_number DESC), '[]')
-      INTO v_revs
-      FROM (SELECT * FROM querylayer.content_revisions
-             WHERE content_id = p_content_id AND (p_before IS NULL OR revision_number < p_before)
-             ORDER BY revision_number DESC LIMIT p_limit) r;
-    RETURN jsonb_build_object(
-        'content', querylayer.content_json(v_item),
-        'revisions', v_revs,
-        'next_before', CASE WHEN jsonb_array_length(v_revs) = p_limit
-                            AND (v_revs->-1->>'revision_number')::integer > 1
-                            THEN (v_revs->-1->>'revision_number')::integer END);
+    RETURN jsonb_build_object('content', querylayer.content_json(v_item)) || querylayer.page('revisions'::text, 'revisions'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', r.revision_number::text, 'id', r.id,
+                                            'item', querylayer.revision_summary(r, v_item)) ORDER BY r.revision_number DESC)
+          FROM (SELECT * FROM querylayer.content_revisions
+                 WHERE content_id = p_content_id
+                   AND (v_after.after_id IS NULL OR revision_number < v_after.after_key::integer)
+                 ORDER BY revision_number DESC LIMIT p_limit + 1) r));
 END
 $$;
 

@@ -431,11 +431,11 @@ async fn get_content(
 #[serde(deny_unknown_fields)]
 struct RevisionPage {
     limit: Option<i32>,
-    /// The previous page's `next_before` (a revision number).
-    before: Option<i32>,
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
 }
 
-/// `GET /api/console/content/{id}/revisions?limit=&before=` → `{content, revisions, next_before}`.
+/// `GET /api/console/content/{id}/revisions?limit=&cursor=` → `{content, revisions, next_cursor}`, newest first.
 async fn list_revisions(
     State(state): State<AppState>,
     member: Member,
@@ -448,7 +448,7 @@ async fn list_revisions(
         Ok(Call::new("list_revisions")
             .arg("p_content_id", id)
             .opt("p_limit", p.limit)
-            .opt("p_before", p.before))
+            .opt("p_cursor", p.cursor))
     })();
     member.reply(member.call(&state, call).await, StatusCode::OK)
 }
@@ -915,11 +915,16 @@ async fn close_evidence_review(
 // ---------------------------------------------------------------------------------------------
 // Dashboard sign-ins, invitations and website delivery (sql/175_dashboard.sql, sql/180_delivery.sql).
 
-/// `GET /api/console/member-sessions` → `{"sessions": [...]}`: one's own dashboard sessions
-/// (owners and admins: everyone's on the site).
-async fn list_member_sessions(State(state): State<AppState>, member: Member) -> Response {
-    let result = member.call(&state, Ok(Call::new("console_list_member_sessions"))).await;
-    member.reply(result.map(|sessions| json!({ "sessions": sessions })), StatusCode::OK)
+/// `GET /api/console/member-sessions?limit=100&cursor=…` → `{"sessions": [...], "next_cursor"}`,
+/// newest first: one's own dashboard sessions (owners and admins: everyone's on the site).
+async fn list_member_sessions(
+    State(state): State<AppState>,
+    member: Member,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Response {
+    let call = query(page)
+        .map(|p| Call::new("console_list_member_sessions").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 /// `POST /api/console/member-sessions/{id}/revoke` with `{"reason"?}`: ends a dashboard session

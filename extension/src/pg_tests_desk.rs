@@ -78,10 +78,11 @@ fn agents_read_revisions_their_history_and_the_templates() {
 
     let history = json(&format!("SELECT querylayer_api.list_revisions('{content_id}', 1)"));
     assert_eq!(history["revisions"][0]["revision_id"], second.as_str());
-    assert_eq!(history["next_before"], 2);
-    let older = json(&format!("SELECT querylayer_api.list_revisions('{content_id}', 1, 2)"));
+    let cursor = history["next_cursor"].as_str().expect("a next_cursor while older revisions remain");
+    let older = json(&format!("SELECT querylayer_api.list_revisions('{content_id}', 1, '{cursor}')"));
     assert_eq!(older["revisions"][0]["revision_id"], first.as_str());
-    assert_eq!(older["next_before"], Value::Null);
+    assert_eq!(older["next_cursor"], Value::Null);
+    assert_eq!(revision["previous_revision_id"], first.as_str());
 
     let templates = json("SELECT querylayer_api.list_templates()");
     assert_eq!(templates[0]["name"], "article");
@@ -117,12 +118,15 @@ fn a_stale_publish_request_is_flagged_before_anyone_decides() {
     let newer = redraft(&run_id, &content_id);
     as_member(&site.owner_token);
     let listed = json("SELECT querylayer_api.console_list_proposals('pending')");
-    let card = listed.as_array().unwrap().iter().find(|p| p["proposal_id"] == proposal.as_str()).unwrap();
+    let card = listed["proposals"].as_array().unwrap().iter().find(|p| p["proposal_id"] == proposal.as_str()).unwrap();
     assert_eq!(card["stale"], true);
     assert_eq!(card["stale_problems"][0]["reason"], "stale_revision");
     let runs = json("SELECT querylayer_api.console_list_runs('open', 'demo-agent', now() - interval '1 hour')");
-    assert_eq!(runs[0]["agent"], "demo-agent");
-    assert_eq!(json("SELECT querylayer_api.console_list_runs('failed')"), serde_json::json!([]));
+    assert_eq!(runs["runs"][0]["agent"], "demo-agent");
+    assert_eq!(
+        json("SELECT querylayer_api.console_list_runs('failed')"),
+        serde_json::json!({"runs": [], "next_cursor": null})
+    );
     let inbox = json("SELECT querylayer_api.console_inbox()");
     assert_eq!(inbox["proposals"][0]["risk"], "high");
     assert_eq!(inbox["proposals"][0]["stale"], true);

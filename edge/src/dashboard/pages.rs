@@ -30,6 +30,17 @@ fn param(params: &Params, name: &str) -> Option<String> {
     params.0.get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
+/// The given filters as a query string prefix (`k=v&…`), for a link to the next page.
+fn filter_query(params: &Params, keys: &[&str]) -> String {
+    keys.iter()
+        .filter_map(|k| {
+            param(params, k).map(|v| {
+                format!("{k}={}&", form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>())
+            })
+        })
+        .collect()
+}
+
 fn uuid_path(path: Result<Path<Uuid>, PathRejection>) -> Result<Uuid, Error> {
     path.map(|Path(id)| id).map_err(|_| Error::not_found("no such page: the id in the address is not valid"))
 }
@@ -44,6 +55,7 @@ fn flash(params: &Params) -> Option<&'static str> {
         "granted" => "Scopes updated.",
         "queued" => "Turn queued for the agent.",
         "cancelled" => "Plan cancelled.",
+        "run_cancelled" => "Run cancelled. Its history records who cancelled it and why.",
         "opened" => "Conversation opened.",
         "ended" => "Session marked as ended; its conversation takes no new turns.",
         "closed" => "Review closed; re-verification resumes.",
@@ -282,15 +294,21 @@ pub async fn accept_invite(State(state): State<AppState>, headers: HeaderMap, bo
 // Approvals.
 
 pub async fn inbox(State(state): State<AppState>, headers: HeaderMap, params: Params) -> Response {
-    show(&state, &headers, vec![Call::new("console_inbox").arg("p_limit", 50)], "/", |me, r| {
-        page(
-            StatusCode::OK,
-            "inbox.html",
-            Some(me),
-            "inbox",
-            json!({"title": "Approvals", "inbox": r[0], "flash": flash(&params)}),
-        )
-    })
+    show(
+        &state,
+        &headers,
+        vec![Call::new("console_inbox").arg("p_limit", 50).opt("p_cursor", param(&params, "cursor"))],
+        "/",
+        |me, r| {
+            page(
+                StatusCode::OK,
+                "inbox.html",
+                Some(me),
+                "inbox",
+                json!({"title": "Approvals", "inbox": r[0], "flash": flash(&params)}),
+            )
+        },
+    )
     .await
 }
 
@@ -500,23 +518,15 @@ pub async fn revision(
     // The revision before it, for the diff, and the item's template for the field order.
     let content_id = revision["content_id"].as_str().and_then(|s| s.parse::<Uuid>().ok()).unwrap_or_default();
     let number = revision["revision_number"].as_i64().unwrap_or(1) as i32;
-    let calls = [
-        Call::new("list_revisions").arg("p_content_id", content_id).arg("p_limit", 1).arg("p_before", number),
-        Call::new("get_content").arg("p_content_id", content_id),
-    ];
+    let mut calls = vec![Call::new("get_content").arg("p_content_id", content_id)];
+    if let Some(pid) = revision["previous_revision_id"].as_str().and_then(|s| s.parse::<Uuid>().ok()) {
+        calls.push(Call::new("get_revision").arg("p_revision_id", pid));
+    }
     let (_, context) = run_calls(&state, &secret, None, &calls).await;
     let context = context.unwrap_or_default();
-    let previous = context.first().map(|h| h["revisions"][0].clone()).unwrap_or(Value::Null);
-    let template = context.get(1).map(|c| c["template_fields"].clone()).unwrap_or(Value::Null);
-    let previous_fields = match previous["revision_id"].as_str().and_then(|s| s.parse::<Uuid>().ok()) {
-        Some(pid) => {
-            let (_, r) =
-                run_calls(&state, &secret, None, &[Call::new("get_revision").arg("p_revision_id", pid)])
-                    .await;
-            r.ok().and_then(|mut r| r.pop()).map(|r| r["fields"].clone()).unwrap_or(Value::Null)
-        }
-        None => Value::Null,
-    };
+    let template = context.first().map(|c| c["template_fields"].clone()).unwrap_or(Value::Null);
+    let previous = context.get(1).cloned().unwrap_or(Value::Null);
+    let previous_fields = previous["fields"].clone();
     page(
         StatusCode::OK,
         "revision.html",
@@ -686,20 +696,24 @@ pub async fn runs(State(state): State<AppState>, headers: HeaderMap, params: Par
     let mut call = Call::new("console_list_runs")
         .opt("p_outcome", param(&params, "outcome"))
         .opt("p_agent", param(&params, "agent"))
-        .arg("p_limit", 100);
+        .arg("p_limit", 100)
+        .opt("p_cursor", param(&params, "cursor"));
     if let Some(since) = param(&params, "since") {
         call = call.arg_as("p_since", "{}::text::timestamptz", since);
     }
     if let Some(until) = param(&params, "until") {
         call = call.arg_as("p_until", "{}::text::date + 1", until);
     }
+    // The filters again, for the link to older runs.
+    let query = filter_query(&params, &["outcome", "agent", "since", "until"]);
     show(&state, &headers, vec![call, Call::new("console_list_agents")], "/runs", |me, r| {
         page(
             StatusCode::OK,
             "runs.html",
             Some(me),
             "runs",
-            json!({"title": "Runs", "runs": r[0], "agents": r[1]["agents"], "filter": filter}),
+            json!({"title": "Runs", "runs": r[0]["runs"], "next_cursor": r[0]["next_cursor"], "query": query,
+                   "agents": r[1]["agents"], "filter": filter}),
         )
     })
     .await
@@ -709,14 +723,48 @@ pub async fn run(
     State(state): State<AppState>,
     headers: HeaderMap,
     id: Result<Path<Uuid>, PathRejection>,
+    params: Params,
 ) -> Response {
     let id = match uuid_path(id) {
         Ok(id) => id,
         Err(e) => return error_page(&state, None, &e, "/runs"),
     };
     show(&state, &headers, vec![Call::new("get_run").arg("p_run_id", id)], "/runs", |me, r| {
-        page(StatusCode::OK, "run.html", Some(me), "runs", json!({"title": "Run", "run": r[0]}))
+        page(
+            StatusCode::OK,
+            "run.html",
+            Some(me),
+            "runs",
+            json!({"title": "Run", "run": r[0], "flash": flash(&params)}),
+        )
     })
+    .await
+}
+
+/// Cancels an open run (owner, admin): the run is finished as `cancelled` (`cancelled_by_member`),
+/// with the reason the form gives.
+pub async fn cancel_run(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let id = uuid_path(id);
+    act(
+        &state,
+        &headers,
+        &body,
+        "/runs",
+        |form| {
+            let reason = form
+                .get("reason")
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .unwrap_or("cancelled in the dashboard");
+            Ok(Call::new("console_cancel_run").arg("p_run_id", id?).arg("p_reason", reason.to_string()))
+        },
+        |run| format!("/runs/{}?done=run_cancelled", run["run_id"].as_str().unwrap_or_default()),
+    )
     .await
 }
 
@@ -736,7 +784,7 @@ async fn connections_page(
             "connections.html",
             Some(&me),
             "connections",
-            json!({"title": "Connections", "connections": r[0], "agents": r[1]["agents"], "scopes": r[1]["scopes"],
+            json!({"title": "Connections", "connections": r[0]["connections"], "next_cursor": r[0]["next_cursor"], "agents": r[1]["agents"], "scopes": r[1]["scopes"],
                    "refusal": refusal, "replace_url": refusal.as_ref().map(|_| "/connections")}),
         ),
         (me, Err(e)) => error_page(state, me.as_ref(), &e, "/"),
@@ -887,7 +935,7 @@ pub async fn console(State(state): State<AppState>, headers: HeaderMap, params: 
             "console.html",
             Some(me),
             "console",
-            json!({"title": "Agent Console", "conversations": r[0], "flash": flash(&params)}),
+            json!({"title": "Agent Console", "conversations": r[0]["conversations"], "next_cursor": r[0]["next_cursor"], "flash": flash(&params)}),
         )
     })
     .await
@@ -1053,8 +1101,8 @@ pub async fn audit(State(state): State<AppState>, headers: HeaderMap, params: Pa
     if let Some(until) = param(&params, "until") {
         call = call.arg_as("p_until", "{}::text::date + 1", until);
     }
-    if let Some(before) = param(&params, "before") {
-        call = call.arg_as("p_before", "{}::text::bigint", before);
+    if let Some(cursor) = param(&params, "cursor") {
+        call = call.arg("p_cursor", cursor);
     }
     let verify = param(&params, "verify").is_some();
     let mut calls = vec![call];
@@ -1062,14 +1110,7 @@ pub async fn audit(State(state): State<AppState>, headers: HeaderMap, params: Pa
         calls.push(Call::new("console_verify_ledger"));
     }
     // The filters again, for the link to older records.
-    let query: String = ["since", "until", "actor", "action"]
-        .iter()
-        .filter_map(|k| {
-            param(&params, k).map(|v| {
-                format!("{k}={}&", form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>())
-            })
-        })
-        .collect();
+    let query = filter_query(&params, &["since", "until", "actor", "action"]);
     show(&state, &headers, calls, "/", |me, r| {
         page(
             StatusCode::OK,
@@ -1094,7 +1135,7 @@ pub async fn evidence(State(state): State<AppState>, headers: HeaderMap, params:
             "evidence.html",
             Some(me),
             "evidence",
-            json!({"title": "Evidence reviews", "reviews": r[0], "state": wanted, "flash": flash(&params)}),
+            json!({"title": "Evidence reviews", "reviews": r[0]["reviews"], "next_cursor": r[0]["next_cursor"], "state": wanted, "flash": flash(&params)}),
         )
     })
     .await
@@ -1164,7 +1205,9 @@ pub async fn members(State(state): State<AppState>, headers: HeaderMap, params: 
         "members.html",
         Some(&me),
         "members",
-        json!({"title": "Members", "members": members, "sessions": sessions, "flash": flash(&params)}),
+        json!({"title": "Members", "members": members.as_ref().map(|m| m["members"].clone()),
+               "members_next": members.as_ref().map(|m| m["next_cursor"].clone()),
+               "sessions": sessions["sessions"], "flash": flash(&params)}),
     )
 }
 

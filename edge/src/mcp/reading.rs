@@ -65,8 +65,8 @@ pub struct ListRevisionsParams {
     pub content_id: Uuid,
     /// At most this many revisions (1 to 200; default 50).
     pub limit: Option<i32>,
-    /// Only revisions numbered below this (the previous page's `next_before`).
-    pub before: Option<i32>,
+    /// The previous page's `next_cursor`, unchanged.
+    pub cursor: Option<String>,
 }
 
 /// A revision in a history (its fields are read with querylayer_get_revision).
@@ -88,8 +88,8 @@ pub struct RevisionSummary {
 pub struct RevisionHistory {
     pub content: ContentItem,
     pub revisions: Vec<RevisionSummary>,
-    /// Pass as `before` for the next page; absent on the last page.
-    pub next_before: Option<i64>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// No arguments: the connection names its site.
@@ -149,7 +149,7 @@ impl QueryLayerMcp {
     }
 
     /// List an item's revisions, newest first, with authors and which is draft or live; page
-    /// with `before`. Read a revision's fields with querylayer_get_revision. Needs content:read.
+    /// with `cursor`. Read a revision's fields with querylayer_get_revision. Needs content:read.
     #[tool(
         name = "querylayer_list_revisions",
         annotations(
@@ -168,7 +168,7 @@ impl QueryLayerMcp {
         let call = Call::new("list_revisions")
             .arg("p_content_id", p.content_id)
             .opt("p_limit", p.limit)
-            .opt("p_before", p.before);
+            .opt("p_cursor", p.cursor);
         self.call(&ctx, "querylayer_list_revisions", call).await
     }
 

@@ -243,3 +243,29 @@ def test_a_member_drafts_through_the_template_contract(browser):
     click_and_wait(d, d.find_element(By.CSS_SELECTOR, "main form button[type=submit]"))
     assert "Draft saved" in d.page_source and "member " + handle in d.page_source
     shot(d, "17-member-draft-saved")
+
+
+def test_an_admin_cancels_an_open_run_from_its_page_and_an_editor_sees_no_button(browser):
+    secret = harness.mint()["secret"]
+    run = tool(secret, "querylayer_begin_run", {"run_type": "article.draft"})
+    editor, editor_password = new_member("editor", "Eddie Editor")
+    d = browser()
+    sign_in(d, editor, editor_password)
+    d.get(f"{DESK}/runs/{run['run_id']}")
+    assert "article.draft" in d.page_source
+    assert not d.find_elements(By.CSS_SELECTOR, f"form[action='/runs/{run['run_id']}/cancel']")
+
+    admin, admin_password = new_member("admin", "Ada Admin")
+    d = browser()
+    sign_in(d, admin, admin_password)
+    d.get(f"{DESK}/runs/{run['run_id']}")
+    form = d.find_element(By.CSS_SELECTOR, f"form[action='/runs/{run['run_id']}/cancel']")
+    axe(d)
+    form.find_element(By.ID, "reason").send_keys("the agent is gone")
+    click_and_wait(d, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+    assert "Run cancelled" in d.page_source
+    assert not d.find_elements(By.CSS_SELECTOR, f"form[action='/runs/{run['run_id']}/cancel']")
+    shot(d, "20-run-cancelled")
+    # The run's history says that a member cancelled it.
+    facts = d.find_element(By.CSS_SELECTOR, "dl.facts").text
+    assert "finished" in facts and "cancelled_by_member" in facts, facts

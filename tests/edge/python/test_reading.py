@@ -39,7 +39,11 @@ async def test_an_agent_reads_revisions_their_history_and_the_templates():
         history = structured(await client.call_tool("querylayer_list_revisions",
                                                      {"content_id": draft["content_id"], "limit": 1}))
         assert [r["revision_id"] for r in history["revisions"]] == [second["revision_id"]]
-        assert history["next_before"] == 2
+        assert isinstance(history["next_cursor"], str)
+        older = structured(await client.call_tool("querylayer_list_revisions", {
+            "content_id": draft["content_id"], "limit": 1, "cursor": history["next_cursor"]}))
+        assert [r["revision_id"] for r in older["revisions"]] == [draft["revision_id"]]
+        assert older.get("next_cursor") is None
         # Leaving out the template of a new item names the argument and the templates there are.
         error = tool_error(await client.call_tool("querylayer_create_draft", {
             "run_id": run["run_id"], "slug": f"x-{uuid.uuid4().hex[:8]}", "fields": {"title": "T"}}))
@@ -131,3 +135,42 @@ async def test_delivery_serves_only_live_content_with_a_token_or_publicly():
     # A revoked token is dead at once.
     assert owner.post(f"/delivery/tokens/{created.json()['delivery_token_id']}/revoke").status_code == 200
     assert httpx2.get(f"{EDGE}/delivery/v1/sites/demo/content", headers=auth).status_code == 401
+
+
+def test_the_new_console_writes_take_an_idempotency_key_and_never_replay_a_secret():
+    owner = Console(member_token())
+    # A delivery token: one token for two requests with one key; the replay carries no token.
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    body = {"name": f"idem {uuid.uuid4().hex[:8]}", "expires_in": "1 hour"}
+    first = owner.http.post("/delivery/tokens", json=body, headers=key)
+    assert first.status_code == 201, first.text
+    issued(first.json()["token"])
+    again = owner.http.post("/delivery/tokens", json=body, headers=key)
+    assert again.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+    assert again.json()["delivery_token_id"] == first.json()["delivery_token_id"]
+    assert again.json()["token"] is None
+    tokens = [t for t in owner.get("/delivery").json()["tokens"] if t["name"] == body["name"]]
+    assert len(tokens) == 1, "one token"
+    # The same key with another body is refused, and so is a malformed key.
+    other = owner.http.post("/delivery/tokens", json={**body, "expires_in": "2 hours"}, headers=key)
+    assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_key_reused"
+    bad = owner.http.post("/delivery/tokens", json=body, headers={"Idempotency-Key": "a b"})
+    assert bad.status_code == 400
+    # A member's draft, an invitation and a revocation replay their first answer.
+    for path, payload in [
+        ("/content", {"template": "article", "slug": f"idem-{uuid.uuid4().hex[:10]}",
+                      "fields": {"title": "Once", "body": "B"}}),
+        ("/invitations", {"member": f"idem-{uuid.uuid4().hex[:10]}", "role": "viewer"}),
+        (f"/delivery/tokens/{first.json()['delivery_token_id']}/revoke", {"reason": "done"}),
+    ]:
+        key = {"Idempotency-Key": str(uuid.uuid4())}
+        a = owner.http.post(path, json=payload, headers=key)
+        assert a.status_code in (200, 201), (path, a.text)
+        if "token" in a.json():
+            issued(a.json()["token"])
+        b = owner.http.post(path, json=payload, headers=key)
+        assert b.status_code == a.status_code and b.headers["idempotent-replayed"] == "true", path
+        secret = a.json().get("token")
+        assert not secret or secret not in b.text, f"{path}: a replay never carries the secret"
+        kept = {k: v for k, v in a.json().items() if k not in ("token", "path")}
+        assert {k: v for k, v in b.json().items() if k not in ("token", "path")} == kept, path
