@@ -1206,7 +1206,6 @@ pub async fn members(State(state): State<AppState>, headers: HeaderMap, params: 
         Some(&me),
         "members",
         json!({"title": "Members", "members": members.as_ref().map(|m| m["members"].clone()),
-               "members_next": members.as_ref().map(|m| m["next_cursor"].clone()),
                "sessions": sessions["sessions"], "flash": flash(&params)}),
     )
 }
