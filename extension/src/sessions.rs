@@ -130,8 +130,9 @@ fn password_row(site: &str, handle: &str) -> Option<(Uuid, Uuid, Uuid, String)> 
 /// (the calling SQL function refuses with QL403) and no context is held.
 #[pg_extern(volatile, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
-fn session_authenticate(fingerprint: &[u8], csrf: Option<&str>) -> JsonB {
+fn session_authenticate(fingerprint: Option<&[u8]>, csrf: Option<&str>) -> JsonB {
     context::refuse_if_established();
+    let fingerprint = fingerprint.unwrap_or_default();
     let verdict = match context::resolve(Credential::MemberSession, fingerprint, true) {
         Resolution::Live(v) => v,
         Resolution::Dead { reason, subject, .. } => {
