@@ -304,8 +304,9 @@ fn write(db: &str, tag: &str) -> Value {
     one(&mut dba, "SELECT querylayer_api.rotate_server_key()", &[]);
 
     // The agent's work, the member's decisions, and what executing them records.
-    let (_, _, revision_a, publish_a) = draft_and_request(&mut edge, &secret, "kept-a");
-    let (_, _, _, publish_b) = draft_and_request(&mut edge, &secret, "kept-b");
+    let (_, _, _, publish_a) = draft_and_request(&mut edge, &secret, "kept-a");
+    // kept-b's draft stays a draft (its request is rejected): evidence is for claims in a draft.
+    let (_, _, revision_b, publish_b) = draft_and_request(&mut edge, &secret, "kept-b");
     // On the second site, a request left pending.
     draft_and_request(&mut edge, &secret_b, "kept-elsewhere");
     assert_eq!(decide(&mut edge, &token, &publish_a, "approve")["state"], "applied");
@@ -318,7 +319,7 @@ fn write(db: &str, tag: &str) -> Value {
             &mut tx,
             "SELECT querylayer_api.record_claim_evidence($1::text::uuid, $2::text::uuid, 'every operation',
                  'https://sources.example/history', 'every operation', $3::text::timestamptz, repeat('a', 64))",
-            &[&run, &revision_a, &retrieved],
+            &[&run, &revision_b, &retrieved],
         );
         one(
             &mut tx,
