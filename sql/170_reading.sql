@@ -3,17 +3,25 @@
 -- Agents read these under content:read, members through the console and the dashboard: the
 -- same functions, so an approval is never given to text nobody could read.
 
--- The newest version of each template, with its fields and how many versions exist.
-CREATE FUNCTION querylayer_api.list_templates() RETURNS jsonb
+-- The newest version of each template, with its fields and how many versions exist, by name,
+-- `p_limit` at a time; `p_cursor` (the previous page's next_cursor) continues.
+CREATE FUNCTION querylayer_api.list_templates(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('templates'::text, p_cursor);
+    RETURN querylayer.page('templates'::text, 'templates'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', t.name, 'id', t.id, 'item', jsonb_build_object(
                 'name', t.name, 'version', t.version, 'fields', t.fields, 'created_at', t.created_at,
-                'versions', (SELECT count(*) FROM querylayer.templates o WHERE o.site_id = t.site_id AND o.name = t.name))
-                ORDER BY t.name), '[]')
-              FROM (SELECT DISTINCT ON (name) * FROM querylayer.templates
-                     WHERE site_id = querylayer.ctx_site_id() ORDER BY name, version DESC) t);
+                'versions', (SELECT count(*) FROM querylayer.templates o WHERE o.site_id = t.site_id AND o.name = t.name)))
+                ORDER BY t.name)
+          FROM (SELECT * FROM (SELECT DISTINCT ON (name) * FROM querylayer.templates
+                                WHERE site_id = querylayer.ctx_site_id() ORDER BY name, version DESC) n
+                 WHERE v_after.after_key IS NULL OR n.name > v_after.after_key
+                 ORDER BY n.name LIMIT p_limit + 1) t));
 END
 $$;
 

@@ -386,10 +386,16 @@ async fn get_proposal(
     member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
-/// `GET /api/console/templates` → `{"templates": [{name, version, fields, versions}]}`.
-async fn list_templates(State(state): State<AppState>, member: Member) -> Response {
-    let result = member.call(&state, Ok(Call::new("list_templates"))).await;
-    member.reply(result.map(|templates| json!({ "templates": templates })), StatusCode::OK)
+/// `GET /api/console/templates?limit=100&cursor=…` → `{"templates": [{name, version, fields,
+/// versions}], "next_cursor"}`, by name.
+async fn list_templates(
+    State(state): State<AppState>,
+    member: Member,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Response {
+    let call =
+        query(page).map(|p| Call::new("list_templates").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
+    member.reply(member.call(&state, call).await, StatusCode::OK)
 }
 
 #[derive(Deserialize)]

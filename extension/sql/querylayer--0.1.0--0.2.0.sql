@@ -7847,26 +7847,33 @@ REVOKE ALL ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone
 GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_templates()
+CREATE OR REPLACE FUNCTION querylayer_api.list_templates(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('templates'::text, p_cursor);
+    RETURN querylayer.page('templates'::text, 'templates'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', t.name, 'id', t.id, 'item', jsonb_build_object(
                 'name', t.name, 'version', t.version, 'fields', t.fields, 'created_at', t.created_at,
-                'versions', (SELECT count(*) FROM querylayer.templates o WHERE o.site_id = t.site_id AND o.name = t.name))
-                ORDER BY t.name), '[]')
-              FROM (SELECT DISTINCT ON (name) * FROM querylayer.templates
-                     WHERE site_id = querylayer.ctx_site_id() ORDER BY name, version DESC) t);
+                'versions', (SELECT count(*) FROM querylayer.templates o WHERE o.site_id = t.site_id AND o.name = t.name)))
+                ORDER BY t.name)
+          FROM (SELECT * FROM (SELECT DISTINCT ON (name) * FROM querylayer.templates
+                                WHERE site_id = querylayer.ctx_site_id() ORDER BY name, version DESC) n
+                 WHERE v_after.after_key IS NULL OR n.name > v_after.after_key
+                 ORDER BY n.name LIMIT p_limit + 1) t));
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_templates() OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_templates() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_templates() TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_templates() TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_templates(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_templates(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_templates(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_templates(integer,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_time_partitions()
  RETURNS TABLE(table_name text, partition_name text, range_from timestamp with time zone, range_to timestamp with time zone, is_default boolean, bytes bigint)

@@ -85,6 +85,8 @@ fn agents_read_revisions_their_history_and_the_templates() {
     assert_eq!(revision["previous_revision_id"], first.as_str());
 
     let templates = json("SELECT querylayer_api.list_templates()");
+    assert_eq!(templates["next_cursor"], Value::Null);
+    let templates = &templates["templates"];
     assert_eq!(templates[0]["name"], "article");
     assert!(templates[0]["fields"].as_array().unwrap().iter().any(|f| f["name"] == "body"));
     assert_eq!(json("SELECT querylayer_api.site_context()")["templates"], serde_json::json!(["article"]));

@@ -576,16 +576,16 @@ fn form_values(fields: &Value, template: &Value) -> Value {
 
 pub async fn new_content_form(State(state): State<AppState>, headers: HeaderMap, params: Params) -> Response {
     let wanted = param(&params, "template");
-    show(&state, &headers, vec![Call::new("list_templates")], "/content", |me, r| {
-        let template = wanted
-            .as_deref()
-            .and_then(|w| r[0].as_array().and_then(|ts| ts.iter().find(|t| t["name"] == w)).cloned());
+    show(&state, &headers, vec![Call::new("list_templates").arg("p_limit", 500)], "/content", |me, r| {
+        let template = wanted.as_deref().and_then(|w| {
+            r[0]["templates"].as_array().and_then(|ts| ts.iter().find(|t| t["name"] == w)).cloned()
+        });
         page(
             StatusCode::OK,
             "content_form.html",
             Some(me),
             "content",
-            json!({"title": "New draft", "templates": r[0], "template": template, "new": true,
+            json!({"title": "New draft", "templates": r[0]["templates"], "template": template, "new": true,
                    "action": "/content/new", "values": {}}),
         )
     })
@@ -643,12 +643,13 @@ async fn save_draft(state: AppState, headers: HeaderMap, body: Bytes, content_id
     };
     let template_name = form.text("template").unwrap_or_default();
     // The template's fields, to read the form by (the database checks the contract again).
-    let (me, templates) = run_calls(&state, &secret, None, &[Call::new("list_templates")]).await;
+    let (me, templates) =
+        run_calls(&state, &secret, None, &[Call::new("list_templates").arg("p_limit", 500)]).await;
     let templates = match templates {
         Ok(mut t) => t.remove(0),
         Err(e) => return error_page(&state, me.as_ref(), &e, "/content"),
     };
-    let template = templates
+    let template = templates["templates"]
         .as_array()
         .and_then(|ts| ts.iter().find(|t| t["name"] == template_name.as_str()))
         .cloned()

@@ -92,10 +92,15 @@ pub struct RevisionHistory {
     pub next_cursor: Option<String>,
 }
 
-/// No arguments: the connection names its site.
+/// A page of the site's templates, by name.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ListTemplatesParams {}
+pub struct ListTemplatesParams {
+    /// At most this many templates (1 to 500; default 100).
+    pub limit: Option<i32>,
+    /// The previous page's `next_cursor`, unchanged.
+    pub cursor: Option<String>,
+}
 
 /// One field a template declares.
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
@@ -123,6 +128,8 @@ pub struct Template {
 #[derive(Debug, Serialize, Deserialize, JsonSchema)]
 pub struct TemplateList {
     pub templates: Vec<Template>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 #[tool_router(router = reading_router, vis = "pub(super)")]
@@ -186,11 +193,10 @@ impl QueryLayerMcp {
     )]
     async fn list_templates(
         &self,
-        Parameters(_): Parameters<ListTemplatesParams>,
+        Parameters(p): Parameters<ListTemplatesParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<TemplateList>, CallToolResult> {
-        self.call::<Vec<Template>>(&ctx, "querylayer_list_templates", Call::new("list_templates"))
-            .await
-            .map(|Json(templates)| Json(TemplateList { templates }))
+        let call = Call::new("list_templates").opt("p_limit", p.limit).opt("p_cursor", p.cursor);
+        self.call(&ctx, "querylayer_list_templates", call).await
     }
 }
