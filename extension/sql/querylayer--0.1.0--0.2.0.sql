@@ -7799,7 +7799,7 @@ DECLARE
     v_after record;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    PERFORM querylayer.page_limit(p_limit, 200);
+    PERFORM querylayer.page_limit(p_limit);
     v_after := querylayer.page_after('revisions'::text, p_cursor);
     SELECT * INTO v_item FROM querylayer.content_items WHERE id = p_content_id;
     IF NOT FOUND THEN

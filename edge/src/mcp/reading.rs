@@ -63,7 +63,7 @@ pub struct Revision {
 #[serde(deny_unknown_fields)]
 pub struct ListRevisionsParams {
     pub content_id: Uuid,
-    /// At most this many revisions (1 to 200; default 50).
+    /// At most this many revisions (1 to 500; default 50).
     pub limit: Option<i32>,
     /// The previous page's `next_cursor`, unchanged.
     pub cursor: Option<String>,
