@@ -6,7 +6,8 @@
 -- row-level security shows a row only while the extension is resolving that very fingerprint.
 CREATE TABLE querylayer.credentials (
     fingerprint     bytea PRIMARY KEY CHECK (length(fingerprint) = 32),
-    kind            text NOT NULL CHECK (kind IN ('connection', 'member_token')),
+    kind            text NOT NULL CHECK (kind IN ('connection', 'member_token', 'member_session', 'invitation',
+                                                 'delivery_token')),
     subject_id      uuid NOT NULL UNIQUE,
     site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
     organization_id uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT

@@ -565,7 +565,9 @@ BEGIN
                                     'profile_name', r.profile_name),
         'connection', jsonb_build_object('name', r.connection, 'prefix', r.prefix, 'expires_at', r.expires_at,
                                          'harness', r.harness),
-        'scopes', to_jsonb(querylayer.ctx_scopes()));
+        'scopes', to_jsonb(querylayer.ctx_scopes()),
+        -- What a draft may follow (querylayer_list_templates gives their fields).
+        'templates', to_jsonb(querylayer.template_names(querylayer.ctx_site_id())));
 END
 $$;
 

@@ -269,17 +269,64 @@ BEGIN
 END
 $$;
 
+-- The names of the site's templates (newest versions), for site_context and for refusals
+-- that must say which exist.
+CREATE FUNCTION querylayer.template_names(p_site_id uuid) RETURNS text[]
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN ARRAY(SELECT DISTINCT name FROM querylayer.templates WHERE site_id = p_site_id ORDER BY name);
+END
+$$;
+
 CREATE FUNCTION querylayer.newest_template(p_site_id uuid, p_name text) RETURNS querylayer.templates
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    v querylayer.templates;
+    v       querylayer.templates;
+    v_names text[] := querylayer.template_names(p_site_id);
 BEGIN
+    IF cardinality(v_names) = 0 THEN
+        RAISE EXCEPTION 'template: this site has no templates yet, so no draft can be written'
+            USING ERRCODE = 'QL422',
+                  HINT = 'an operator defines one with querylayer_api.create_template(site, name, fields)';
+    END IF;
+    IF p_name IS NULL THEN
+        RAISE EXCEPTION 'template is required for a new item (one of: %)', array_to_string(v_names, ', ')
+            USING ERRCODE = '22023', HINT = 'querylayer_list_templates shows each template''s fields';
+    END IF;
     SELECT * INTO v FROM querylayer.templates WHERE site_id = p_site_id AND name = p_name ORDER BY version DESC LIMIT 1;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no template named % on this site', coalesce(quote_literal(p_name), 'NULL') USING ERRCODE = 'QL404',
-            HINT = (SELECT 'templates: ' || string_agg(DISTINCT name, ', ') FROM querylayer.templates WHERE site_id = p_site_id);
+        RAISE EXCEPTION 'template: no template named % on this site (one of: %)', quote_literal(p_name),
+            array_to_string(v_names, ', ') USING ERRCODE = 'QL404',
+            HINT = 'querylayer_list_templates shows each template''s fields';
     END IF;
     RETURN v;
+END
+$$;
+
+-- A revision with its fields, template version and author (agent, connection and run, or
+-- member), as agents (content:read) and members read it.
+CREATE FUNCTION querylayer.revision_json(p_revision_id uuid) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+    SELECT jsonb_build_object(
+        'revision_id', v.id, 'content_id', v.content_id, 'slug', i.slug, 'revision_number', v.revision_number,
+        'template', t.name, 'template_version', t.version, 'fields', v.fields,
+        'author', jsonb_build_object('kind', v.author_kind, 'agent_id', v.agent_id, 'agent', a.handle,
+                                     'connection_id', v.connection_id, 'run_id', v.run_id, 'run_type', r.run_type,
+                                     'member_id', v.member_id, 'member', m.handle),
+        'created_at', v.created_at, 'is_draft', v.id = i.draft_revision_id,
+        'is_live', v.id IS NOT DISTINCT FROM i.published_revision_id,
+        'record_sha256', encode(v.record_sha256, 'hex'),
+        'previous_revision_id', (SELECT p.id FROM querylayer.content_revisions p
+                                  WHERE p.content_id = v.content_id AND p.revision_number = v.revision_number - 1))
+      FROM querylayer.content_revisions v
+      JOIN querylayer.templates t ON t.id = v.template_id
+      JOIN querylayer.content_items i ON i.id = v.content_id
+      LEFT JOIN querylayer.agents a ON a.id = v.agent_id
+      LEFT JOIN querylayer.runs r ON r.id = v.run_id
+      LEFT JOIN querylayer.members m ON m.id = v.member_id
+     WHERE v.id = p_revision_id);
 END
 $$;
 
@@ -392,26 +439,14 @@ $$;
 CREATE FUNCTION querylayer_api.get_revision(p_revision_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    r record;
+    v jsonb;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    SELECT v.*, t.name AS template_name, t.version AS template_version, i.draft_revision_id, i.published_revision_id
-      INTO r
-      FROM querylayer.content_revisions v
-      JOIN querylayer.templates t ON t.id = v.template_id
-      JOIN querylayer.content_items i ON i.id = v.content_id
-     WHERE v.id = p_revision_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no revision % on this site', p_revision_id USING ERRCODE = 'QL404';
+    v := querylayer.revision_json(p_revision_id);
+    IF v IS NULL THEN
+        RAISE EXCEPTION 'revision_id: no revision % on this site', p_revision_id USING ERRCODE = 'QL404';
     END IF;
-    RETURN jsonb_build_object(
-        'revision_id', r.id, 'content_id', r.content_id, 'revision_number', r.revision_number,
-        'template', r.template_name, 'template_version', r.template_version, 'fields', r.fields,
-        'author', jsonb_build_object('kind', r.author_kind, 'agent_id', r.agent_id, 'connection_id', r.connection_id,
-                                     'run_id', r.run_id, 'member_id', r.member_id),
-        'created_at', r.created_at, 'is_draft', r.id = r.draft_revision_id,
-        'is_live', r.id IS NOT DISTINCT FROM r.published_revision_id,
-        'record_sha256', encode(r.record_sha256, 'hex'));
+    RETURN v;
 END
 $$;
 

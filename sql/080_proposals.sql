@@ -292,6 +292,46 @@ BEGIN
 END
 $$;
 
+-- Why one lifecycle item can no longer execute as requested, or NULL: the one rule that both the
+-- execution (apply_lifecycle) and the stale warning of a pending proposal (proposal_json) apply.
+CREATE FUNCTION querylayer.lifecycle_problem(it querylayer.proposal_items, ci querylayer.content_items) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN CASE
+        WHEN it.action = 'publish' AND ci.archived_at IS NOT NULL THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'archived', 'message', 'the item was archived')
+        WHEN it.action = 'publish' AND ci.draft_revision_id IS DISTINCT FROM it.revision_id THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'stale_revision',
+                'message', format('revision %s is no longer the current draft (now %s)', it.revision_id, ci.draft_revision_id))
+        WHEN it.action = 'publish' AND ci.published_revision_id IS DISTINCT FROM it.expected_live_revision_id THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'live_changed',
+                'message', 'the live page changed since this request was made')
+        WHEN it.action = 'unpublish' AND ci.published_revision_id IS NULL THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'not_live', 'message', 'nothing is live to take down')
+        WHEN it.action IN ('archive', 'restore') AND ci.archived_at IS DISTINCT FROM it.archived_at_snapshot THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'snapshot_mismatch',
+                'message', format('archived_at is %s, the proposal expected %s',
+                                  coalesce(ci.archived_at::text, 'null'), coalesce(it.archived_at_snapshot::text, 'null')))
+        WHEN it.action = 'archive' AND ci.published_revision_id IS NOT NULL THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'live', 'message', 'the item is live; unpublish it first')
+    END;
+END
+$$;
+
+-- The problems a pending lifecycle proposal would meet if it were approved now (empty when it
+-- is current): the "stale" warning members see before they decide.
+CREATE FUNCTION querylayer.proposal_problems(p_id uuid) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+    SELECT coalesce(jsonb_agg(x.problem ORDER BY x.ordinal), '[]')
+      FROM (SELECT i.ordinal, querylayer.lifecycle_problem(i, c) AS problem
+              FROM querylayer.proposal_items i JOIN querylayer.content_items c ON c.id = i.content_id
+             WHERE i.proposal_id = p_id) x
+     WHERE x.problem IS NOT NULL);
+END
+$$;
+
 CREATE FUNCTION querylayer.proposal_json(p_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
@@ -313,10 +353,16 @@ BEGIN
                         'decision', d.decision, 'member_id', d.member_id, 'member_role', d.member_role,
                         'note', d.note, 'decided_at', d.decided_at) END,
         'execution', CASE WHEN e.decision_id IS NOT NULL THEN jsonb_build_object(
-                        'status', e.status, 'detail', e.detail, 'executed_at', e.executed_at) END)
+                        'status', e.status, 'detail', e.detail, 'executed_at', e.executed_at) END,
+        -- A pending lifecycle request whose items moved since it was made (the draft changed,
+        -- the live page changed, the item was archived): approving it would change nothing.
+        'stale', jsonb_array_length(pp.problems) > 0,
+        'stale_problems', pp.problems)
       FROM querylayer.proposals p
       LEFT JOIN querylayer.proposal_decisions d ON d.proposal_id = p.id
       LEFT JOIN querylayer.proposal_executions e ON e.proposal_id = p.id
+      CROSS JOIN LATERAL (SELECT CASE WHEN d.id IS NULL AND p.type IN ('publish_lifecycle', 'content_lifecycle')
+                                      THEN querylayer.proposal_problems(p.id) ELSE '[]'::jsonb END AS problems) pp
      WHERE p.id = p_id);
 END
 $$;
@@ -449,24 +495,7 @@ BEGIN
      WHERE id IN (SELECT (unnest(v_items)).content_id) ORDER BY id FOR UPDATE;
     FOREACH it IN ARRAY v_items LOOP
         SELECT * INTO ci FROM querylayer.content_items WHERE id = it.content_id;
-        v_problems := v_problems || CASE
-            WHEN it.action = 'publish' AND ci.archived_at IS NOT NULL THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'archived', 'message', 'the item was archived')
-            WHEN it.action = 'publish' AND ci.draft_revision_id IS DISTINCT FROM it.revision_id THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'stale_revision',
-                    'message', format('revision %s is no longer the current draft (now %s)', it.revision_id, ci.draft_revision_id))
-            WHEN it.action = 'publish' AND ci.published_revision_id IS DISTINCT FROM it.expected_live_revision_id THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'live_changed',
-                    'message', 'the live page changed since this request was made')
-            WHEN it.action = 'unpublish' AND ci.published_revision_id IS NULL THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'not_live', 'message', 'nothing is live to take down')
-            WHEN it.action IN ('archive', 'restore') AND ci.archived_at IS DISTINCT FROM it.archived_at_snapshot THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'snapshot_mismatch',
-                    'message', format('archived_at is %s, the proposal expected %s',
-                                      coalesce(ci.archived_at::text, 'null'), coalesce(it.archived_at_snapshot::text, 'null')))
-            WHEN it.action = 'archive' AND ci.published_revision_id IS NOT NULL THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'live', 'message', 'the item is live; unpublish it first')
-            ELSE '[]'::jsonb END;
+        v_problems := v_problems || coalesce(querylayer.lifecycle_problem(it, ci), '[]'::jsonb);
     END LOOP;
     IF jsonb_array_length(v_problems) > 0 THEN
         v_status := 'failed';

@@ -2,6 +2,21 @@
 -- `querylayer admin …` calls). Each enters the operator context, which the extension grants only
 -- when the role calling in from outside is querylayer_admin (or a superuser).
 
+-- Ends every backend acting as a member on a site right now (through a member token or a
+-- dashboard session), so that a change of the member's role is seen at once.
+CREATE FUNCTION querylayer.end_member_credentials(p_site_id uuid, p_member_id uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM querylayer.end_credential_sessions(t.id)
+       FROM querylayer.member_tokens t
+      WHERE t.site_id = p_site_id AND t.member_id = p_member_id AND t.revoked_at IS NULL AND t.expires_at > clock_timestamp();
+    -- Dashboard sessions exist from sql/175_dashboard.sql on; this runs only after it.
+    PERFORM querylayer.end_credential_sessions(s.id)
+       FROM querylayer.member_sessions s
+      WHERE s.site_id = p_site_id AND s.member_id = p_member_id AND s.revoked_at IS NULL AND s.expires_at > clock_timestamp();
+END
+$$;
+
 CREATE FUNCTION querylayer_api.create_organization(p_slug text, p_name text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -87,9 +102,7 @@ BEGIN
     END IF;
     IF v_old IS DISTINCT FROM p_role THEN
         -- A member acting with the old role right now stops: their tokens' sessions end.
-        PERFORM querylayer.end_credential_sessions(t.id)
-           FROM querylayer.member_tokens t
-          WHERE t.site_id = v_site.id AND t.member_id = v_member.id AND t.revoked_at IS NULL AND t.expires_at > clock_timestamp();
+        PERFORM querylayer.end_member_credentials(v_site.id, v_member.id);
     END IF;
     PERFORM querylayer.audit('member.role'::text, v_member.id::text, jsonb_build_object('role', p_role));
     RETURN jsonb_build_object('site', v_site.slug, 'member', v_member.handle, 'role', p_role);
@@ -310,8 +323,10 @@ BEGIN
         -- Already revoked: revocation is idempotent, the first time stays recorded.
         RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', true);
     END IF;
-    PERFORM querylayer.audit(CASE p_table WHEN 'querylayer.connections'::regclass THEN 'connection.revoke'
-                                          ELSE 'member_token.revoke' END,
+    PERFORM querylayer.audit(CASE p_table::text WHEN 'querylayer.connections' THEN 'connection.revoke'
+                                                WHEN 'querylayer.member_sessions' THEN 'session.revoke'
+                                                WHEN 'querylayer.delivery_tokens' THEN 'delivery_token.revoke'
+                                                ELSE 'member_token.revoke' END,
                              p_id::text, jsonb_build_object('reason', p_reason));
     -- No backend goes on acting with it: those holding its context end now, and one that is
     -- authenticating waits for this revocation to commit, then sees it.

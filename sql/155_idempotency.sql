@@ -85,7 +85,8 @@ END
 $$;
 
 -- Records the answer of the call that claimed p_key, in the same transaction. A secret or a
--- token in the answer is never stored: a replayed creation returns it as null.
+-- token in the answer is never stored, nor a link that carries it (an invitation's `path`): a
+-- replayed creation returns them as null.
 CREATE FUNCTION querylayer_api.store_idempotent_response(p_key text, p_response jsonb) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -97,6 +98,9 @@ BEGIN
             v_response := jsonb_set(v_response, '{secret}', 'null');
         END IF;
         IF v_response ? 'token' THEN
+            IF v_response ? 'path' AND strpos(v_response->>'path', v_response->>'token') > 0 THEN
+                v_response := jsonb_set(v_response, '{path}', 'null');
+            END IF;
             v_response := jsonb_set(v_response, '{token}', 'null');
         END IF;
     END IF;

@@ -55,7 +55,10 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA querylayer_api FROM PUBLIC;
 -- call the whole surface, the governed agent and member functions included.
 GRANT EXECUTE ON FUNCTION querylayer_api.authenticate, querylayer_api.authenticate_member,
     querylayer_api.record_failed_authentication, querylayer_api.record_failed_member_authentication,
-    querylayer_api.authenticate_envelope, querylayer_api.verify_envelope
+    querylayer_api.authenticate_envelope, querylayer_api.verify_envelope,
+    -- The dashboard (sign-in, invitations) and the delivery API (sql/175, sql/180).
+    querylayer_api.sign_in, querylayer_api.invitation, querylayer_api.accept_invitation,
+    querylayer_api.authenticate_delivery, querylayer_api.record_failed_delivery_authentication
     TO querylayer_edge;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA querylayer_api TO querylayer_admin;
 

@@ -253,6 +253,56 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 50)]
         limit: i32,
     },
+    /// Invite a member to a site's dashboard: a one-time link to set their password (printed
+    /// once). Creates the member when the handle is new; sets the role when one is given.
+    InviteMember {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        member: String,
+        /// owner, admin, editor or viewer (required for a member without a role on the site).
+        #[arg(long)]
+        role: Option<String>,
+        /// The name shown for a new member.
+        #[arg(long)]
+        display_name: Option<String>,
+        /// How long the link works (a PostgreSQL interval, at most 30 days).
+        #[arg(long, default_value = "72 hours")]
+        expires_in: String,
+        /// The edge's public URL, to print the whole link (`serve --public-url`).
+        #[arg(long, env = "QUERYLAYER_PUBLIC_URL")]
+        public_url: Option<String>,
+    },
+    /// End a member's dashboard session at once.
+    RevokeMemberSession {
+        #[arg(long)]
+        id: uuid::Uuid,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Issue a site's delivery token for its website (read-only, published content only; printed once).
+    CreateDeliveryToken {
+        #[arg(long)]
+        site: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "90 days")]
+        expires_in: String,
+    },
+    /// Revoke a delivery token at once.
+    RevokeDeliveryToken {
+        #[arg(long)]
+        id: uuid::Uuid,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Serve a site's published content without a token (true) or only with one (false).
+    SetDeliveryPublic {
+        #[arg(long)]
+        site: String,
+        #[arg(long, action = clap::ArgAction::Set)]
+        public: bool,
+    },
 }
 
 /// Reads a JSON document from a file, or from stdin for `-`.
@@ -380,6 +430,29 @@ impl AdminCommand {
             AdminCommand::ListRetentionDrops { limit } => {
                 Call::rows("list_retention_drops").arg("p_limit", limit)
             }
+            AdminCommand::InviteMember { site, member, role, display_name, expires_in, .. } => {
+                Call::new("invite_member")
+                    .arg("p_site", site)
+                    .arg("p_member", member)
+                    .arg("p_role", role)
+                    .arg("p_display_name", display_name)
+                    .arg_as("p_expires_at", IN, expires_in)
+            }
+            AdminCommand::RevokeMemberSession { id, reason } => {
+                Call::new("revoke_member_session").arg("p_session_id", id).opt("p_reason", reason)
+            }
+            AdminCommand::CreateDeliveryToken { site, name, expires_in } => Call::new(
+                "create_delivery_token",
+            )
+            .arg("p_site", site)
+            .arg("p_name", name)
+            .arg_as("p_expires_at", IN, expires_in),
+            AdminCommand::RevokeDeliveryToken { id, reason } => {
+                Call::new("revoke_delivery_token").arg("p_token_id", id).opt("p_reason", reason)
+            }
+            AdminCommand::SetDeliveryPublic { site, public } => {
+                Call::new("set_delivery_public").arg("p_site", site).arg("p_public", public)
+            }
         }
     }
 }
@@ -398,6 +471,10 @@ pub async fn run(args: AdminArgs) -> i32 {
         }
     };
     let kind = CommandKind::of(&args.command);
+    let public_url = match &args.command {
+        AdminCommand::InviteMember { public_url, .. } => public_url.clone(),
+        _ => None,
+    };
     let command = match prove_binding(&db, args.command).await {
         Ok(command) => command,
         Err(e) => {
@@ -406,7 +483,11 @@ pub async fn run(args: AdminArgs) -> i32 {
         }
     };
     match db.call_as_operator(&command.call()).await {
-        Ok(value) => {
+        Ok(mut value) => {
+            // An invitation's link, whole when the edge's public URL is known.
+            if let (Some(url), Some(path)) = (public_url, value.get("path").and_then(Value::as_str)) {
+                value["link"] = Value::String(format!("{}{path}", url.trim_end_matches('/')));
+            }
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
             } else {
@@ -497,6 +578,8 @@ async fn prove_binding(db: &Db, command: AdminCommand) -> Result<AdminCommand, S
 #[derive(Clone, Copy)]
 enum CommandKind {
     Connection,
+    Invitation,
+    DeliveryToken,
     List,
     Audit,
     Demo,
@@ -508,6 +591,8 @@ impl CommandKind {
     fn of(command: &AdminCommand) -> Self {
         match command {
             AdminCommand::CreateConnection { .. } => CommandKind::Connection,
+            AdminCommand::InviteMember { .. } => CommandKind::Invitation,
+            AdminCommand::CreateDeliveryToken { .. } => CommandKind::DeliveryToken,
             AdminCommand::ListConnections { .. } => CommandKind::List,
             AdminCommand::ListAudit { .. } => CommandKind::Audit,
             AdminCommand::SeedDemo => CommandKind::Demo,
@@ -578,6 +663,14 @@ fn print_text(kind: CommandKind, value: &Value) {
         CommandKind::Connection => {
             print_fields(value, "");
             println!("\nThe secret is shown once; store it now. Clients send it as `Authorization: Bearer <secret>`.");
+        }
+        CommandKind::Invitation => {
+            print_fields(value, "");
+            println!("\nThe link works once; send it to the member privately. It is shown once.");
+        }
+        CommandKind::DeliveryToken => {
+            print_fields(value, "");
+            println!("\nThe token is shown once; the website sends it as `Authorization: Bearer <token>`.");
         }
         CommandKind::Demo => {
             print_fields(value, "");

@@ -30,6 +30,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/console/me", get(me))
         .route("/api/console/proposals", get(list_proposals))
+        .route("/api/console/proposals/{id}", get(get_proposal))
         .route("/api/console/proposals/{id}/approve", post(approve))
         .route("/api/console/proposals/{id}/reject", post(reject))
         .route("/api/console/runs", get(list_runs))
@@ -50,6 +51,20 @@ pub fn router() -> Router<AppState> {
         .route("/api/console/form-screening", post(report_form_screening))
         .route("/api/console/evidence-reviews", get(list_evidence_reviews))
         .route("/api/console/evidence-reviews/{id}/close", post(close_evidence_review))
+        // Reading content (the same functions agents read under content:read).
+        .route("/api/console/templates", get(list_templates))
+        .route("/api/console/content", get(list_content).post(create_draft))
+        .route("/api/console/content/{id}", get(get_content))
+        .route("/api/console/content/{id}/revisions", get(list_revisions))
+        .route("/api/console/revisions/{id}", get(get_revision))
+        // Dashboard sign-ins, invitations and website delivery.
+        .route("/api/console/member-sessions", get(list_member_sessions))
+        .route("/api/console/member-sessions/{id}/revoke", post(revoke_member_session))
+        .route("/api/console/invitations", post(invite_member))
+        .route("/api/console/delivery", get(list_delivery))
+        .route("/api/console/delivery/tokens", post(create_delivery_token))
+        .route("/api/console/delivery/tokens/{id}/revoke", post(revoke_delivery_token))
+        .route("/api/console/delivery/public", post(set_delivery_public))
 }
 
 /// The presented member token, as a fingerprint (checked by the database in the request's
@@ -324,7 +339,160 @@ async fn decide(
             .opt("p_note", body.note);
         Ok(call)
     })();
+    let result = member.call(&state, call).await;
+    // An approval of a request that no longer matches its content (the draft moved, the live
+    // page changed) is recorded (approved, execution failed) but is not a success: 409.
+    if let Ok(proposal) = &result {
+        if decision == "approve" && proposal["state"] == "failed" {
+            let body = json!({"error": stale_refusal(proposal).body(), "proposal": proposal});
+            let mut response = (StatusCode::CONFLICT, Json(body)).into_response();
+            response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            if member.replayed.load(Ordering::Relaxed) {
+                response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+            }
+            return response;
+        }
+    }
+    member.reply(result, StatusCode::OK)
+}
+
+/// The refusal an approval of a stale request answers with: the problems the execution met.
+pub(crate) fn stale_refusal(proposal: &Value) -> Error {
+    let problems: Vec<&str> = proposal["execution"]["detail"]["problems"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["message"].as_str())
+        .collect();
+    Error::new(
+        StatusCode::CONFLICT,
+        "stale_request",
+        format!(
+            "the request is stale and nothing changed: {}; the approval is recorded with its failed execution",
+            problems.join("; ")
+        ),
+    )
+    .with_hint("reject stale requests; the agent can request again with the current draft")
+}
+
+/// `GET /api/console/proposals/{id}` → the proposal with its run, agent, and for each item the
+/// requested revision (fields) and what is live now; `stale` when the content moved since.
+async fn get_proposal(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let call = path_id(id).map(|id| Call::new("get_proposal").arg("p_proposal_id", id));
     member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `GET /api/console/templates?limit=100&cursor=…` → `{"templates": [{name, version, fields,
+/// versions}], "next_cursor"}`, by name.
+async fn list_templates(
+    State(state): State<AppState>,
+    member: Member,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Response {
+    let call =
+        query(page).map(|p| Call::new("list_templates").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ContentFilter {
+    /// `draft`, `published` or `archived`.
+    state: Option<String>,
+    limit: Option<i32>,
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
+}
+
+/// `GET /api/console/content?state=&limit=&cursor=` → `{items, counts, next_cursor}`.
+async fn list_content(
+    State(state): State<AppState>,
+    member: Member,
+    filter: Result<Query<ContentFilter>, QueryRejection>,
+) -> Response {
+    let call = query(filter).map(|f| {
+        Call::new("console_list_content")
+            .opt("p_state", f.state)
+            .opt("p_limit", f.limit)
+            .opt("p_cursor", f.cursor)
+    });
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `GET /api/console/content/{id}` → the item with its draft and live revisions (fields).
+async fn get_content(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let call = path_id(id).map(|id| Call::new("get_content").arg("p_content_id", id));
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RevisionPage {
+    limit: Option<i32>,
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
+}
+
+/// `GET /api/console/content/{id}/revisions?limit=&cursor=` → `{content, revisions, next_cursor}`, newest first.
+async fn list_revisions(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    page: Result<Query<RevisionPage>, QueryRejection>,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let p = query(page)?;
+        Ok(Call::new("list_revisions")
+            .arg("p_content_id", id)
+            .opt("p_limit", p.limit)
+            .opt("p_cursor", p.cursor))
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `GET /api/console/revisions/{id}` → the revision: fields, template and version, author, run.
+async fn get_revision(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let call = path_id(id).map(|id| Call::new("get_revision").arg("p_revision_id", id));
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewDraft {
+    /// The template of a new item.
+    template: Option<String>,
+    fields: Value,
+    /// The item to revise; omit for a new item (then give `slug`).
+    content_id: Option<Uuid>,
+    slug: Option<String>,
+}
+
+/// `POST /api/console/content` (owner, admin, editor) → 201, a member's draft revision through
+/// the same template contract as agents' drafts; it never publishes.
+async fn create_draft(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let d: NewDraft = required_body(&body)?;
+        Ok(Call::new("create_draft")
+            .arg("p_run_id", None::<Uuid>)
+            .arg("p_template", d.template)
+            .arg("p_fields", d.fields)
+            .opt("p_content_id", d.content_id)
+            .opt("p_slug", d.slug))
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::CREATED)
 }
 
 #[derive(Deserialize)]
@@ -746,6 +914,122 @@ async fn close_evidence_review(
         let body: CloseReviewBody = optional_body(&body)?;
         let call = Call::new("console_close_evidence_review").arg("p_review_id", id).opt("p_note", body.note);
         Ok(call)
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dashboard sign-ins, invitations and website delivery (sql/175_dashboard.sql, sql/180_delivery.sql).
+
+/// `GET /api/console/member-sessions?limit=100&cursor=…` → `{"sessions": [...], "next_cursor"}`,
+/// newest first: one's own dashboard sessions (owners and admins: everyone's on the site).
+async fn list_member_sessions(
+    State(state): State<AppState>,
+    member: Member,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Response {
+    let call = query(page)
+        .map(|p| Call::new("console_list_member_sessions").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+/// `POST /api/console/member-sessions/{id}/revoke` with `{"reason"?}`: ends a dashboard session
+/// at once (one's own; owners and admins: anyone's).
+async fn revoke_member_session(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let body: ReasonBody = optional_body(&body)?;
+        Ok(Call::new("console_revoke_member_session").arg("p_session_id", id).opt("p_reason", body.reason))
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewInvitation {
+    /// The member's handle (a new one creates the member).
+    member: String,
+    role: Option<String>,
+    display_name: Option<String>,
+    /// How long the link works (a PostgreSQL interval; default 72 hours, at most 30 days).
+    expires_in: Option<String>,
+}
+
+/// `POST /api/console/invitations` (owner, admin) → 201 `{invitation_id, token, path, …}`: the
+/// one-time link to set a dashboard password, shown once.
+async fn invite_member(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let i: NewInvitation = required_body(&body)?;
+        let call = Call::new("console_invite_member")
+            .arg("p_member", i.member)
+            .arg("p_role", i.role)
+            .arg("p_display_name", i.display_name);
+        Ok(match i.expires_in {
+            Some(interval) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
+            None => call,
+        })
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+}
+
+/// `GET /api/console/delivery` (owner, admin) → `{public, tokens: [...]}` (prefixes, never a token).
+async fn list_delivery(State(state): State<AppState>, member: Member) -> Response {
+    member.reply(member.call(&state, Ok(Call::new("console_list_delivery"))).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewDeliveryToken {
+    name: String,
+    /// A PostgreSQL interval such as `90 days` (at most a year).
+    expires_in: String,
+}
+
+/// `POST /api/console/delivery/tokens` (owner, admin) → 201 `{delivery_token_id, token, …}`,
+/// the only time the token exists.
+async fn create_delivery_token(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let t: NewDeliveryToken = required_body(&body)?;
+        Ok(Call::new("console_create_delivery_token").arg("p_name", t.name).arg_as(
+            "p_expires_at",
+            "now() + {}::text::interval",
+            t.expires_in,
+        ))
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+}
+
+/// `POST /api/console/delivery/tokens/{id}/revoke` with `{"reason"?}` (owner, admin).
+async fn revoke_delivery_token(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let id = path_id(id)?;
+        let body: ReasonBody = optional_body(&body)?;
+        Ok(Call::new("console_revoke_delivery_token").arg("p_token_id", id).opt("p_reason", body.reason))
+    })();
+    member.reply(member.call(&state, call).await, StatusCode::OK)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeliveryPublic {
+    public: bool,
+}
+
+/// `POST /api/console/delivery/public` with `{"public": true|false}` (owner only).
+async fn set_delivery_public(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
+    let call = (|| -> Result<Call, Error> {
+        let p: DeliveryPublic = required_body(&body)?;
+        Ok(Call::new("console_set_delivery_public").arg("p_public", p.public))
     })();
     member.reply(member.call(&state, call).await, StatusCode::OK)
 }

@@ -256,6 +256,11 @@ impl Db {
         self.record_failure("record_failed_member_authentication", fingerprint, channel).await
     }
 
+    /// The same for a delivery token (the delivery API).
+    pub async fn record_failed_delivery_authentication(&self, fingerprint: &Fingerprint) {
+        self.record_failure("record_failed_delivery_authentication", fingerprint, "delivery").await
+    }
+
     async fn record_failure(&self, function: &'static str, fingerprint: &Fingerprint, channel: &str) {
         let sql = format!("SELECT querylayer_api.{function}($1, $2)");
         let result = async {

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 const SQLSTATES: &[(&str, &str, u16)] = &[
     ("28000", "unauthenticated", 401),
     ("25000", "invalid_transaction_state", 500),
+    ("25006", "read_only", 403),
     ("QL401", "not_authenticated", 401),
     ("QL403", "forbidden", 403),
     ("QL404", "not_found", 404),

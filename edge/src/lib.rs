@@ -5,7 +5,8 @@
 //! One module per stage of a request:
 //! `config` → `listener` (connection limits and timeouts) → `limits` (Host/Origin, rate) →
 //! `body` (size, strict JSON) → `auth` → `bulkhead` (a site's share of the pool) → `mcp` /
-//! `console` → `db` (the one SQL call) → `error` (the one SQLSTATE table, the response).
+//! `console` / `dashboard` / `delivery` → `db` (the one SQL call) → `error` (the one SQLSTATE
+//! table, the response).
 //! `admin` is the operator command line.
 
 pub mod admin;
@@ -17,7 +18,9 @@ pub mod commands;
 pub mod compat;
 pub mod config;
 pub mod console;
+pub mod dashboard;
 pub mod db;
+pub mod delivery;
 pub mod error;
 pub mod health;
 pub mod ledger;
@@ -76,7 +79,8 @@ pub fn app(state: AppState) -> Router {
         plain = plain.merge(v1::router());
     }
     let plain = plain.route_layer(middleware::from_fn_with_state(state.clone(), body::strict_body));
-    let governed = mcp::router(&state).merge(plain);
+    // The dashboard takes HTML forms and the delivery API only reads: neither takes JSON bodies.
+    let governed = mcp::router(&state).merge(plain).merge(dashboard::router()).merge(delivery::router());
     let guarded = governed
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_auth_failures))
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::check_host_and_origin));

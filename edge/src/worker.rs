@@ -5,7 +5,7 @@
 //! the runs still open past their deadline, and fails closed the Agent Console tasks whose binding
 //! went while nobody touched them (a connection that expired). On their own schedules it runs the
 //! form screening purge, retention (sql/160_retention.sql) and, with `--witness`, the ledger
-//! checkpoints (sql/170_checkpoints.sql, docs/ledger.md). Bodies and excerpts are never logged.
+//! checkpoints (sql/185_checkpoints.sql, docs/ledger.md). Bodies and excerpts are never logged.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;

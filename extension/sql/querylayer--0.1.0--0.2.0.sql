@@ -94,32 +94,6 @@ INSERT INTO querylayer.ledger_forms (table_name, form, fields) VALUES
 -- Issue 14: begin_run takes a deadline (p_deadline_seconds); its 0.1.0 signature goes first.
 DROP FUNCTION IF EXISTS querylayer_api.begin_run(text, jsonb, text[], text[]);
 
--- (a) sql/upgrades/0.2.0/19-checkpoints.pre.sql
-
--- 0.2.0: the signed checkpoints of every site's ledger (sql/170_checkpoints.sql, docs/ledger.md).
--- Before the functions, whose signatures name its row type.
-
-CREATE TABLE querylayer.ledger_checkpoints (
-    site_id           uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
-    seq               bigint NOT NULL CHECK (seq > 0),
-    head_sha256       bytea NOT NULL CHECK (length(head_sha256) = 32),
-    tree_root         bytea NOT NULL CHECK (length(tree_root) = 32),
-    checkpointed_at   timestamptz NOT NULL,
-    prev_sha256       bytea CHECK (length(prev_sha256) = 32),
-    checkpoint_sha256 bytea NOT NULL UNIQUE CHECK (length(checkpoint_sha256) = 32),
-    server_key_id     uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
-    signature         text NOT NULL,
-    -- The roots of the tree's perfect subtrees (largest first, 32 bytes each, end to end): the
-    -- next checkpoint extends the tree from here. Not signed; a wrong frontier only makes wrong
-    -- checkpoints, which fail.
-    frontier          bytea NOT NULL CHECK (length(frontier) % 32 = 0),
-    PRIMARY KEY (site_id, seq),
-    -- One successor per checkpoint, one first checkpoint per site.
-    UNIQUE NULLS NOT DISTINCT (site_id, prev_sha256)
-);
-SELECT querylayer.isolate_by_site('querylayer.ledger_checkpoints'::regclass);
-SELECT querylayer.make_append_only('querylayer.ledger_checkpoints'::regclass);
-
 -- (a) sql/upgrades/0.2.0/22-bounded-lists.pre.sql
 
 -- Issue 22: every list takes a limit and an opaque cursor (keyset paging) and answers one page
@@ -352,24 +326,7 @@ BEGIN
      WHERE id IN (SELECT (unnest(v_items)).content_id) ORDER BY id FOR UPDATE;
     FOREACH it IN ARRAY v_items LOOP
         SELECT * INTO ci FROM querylayer.content_items WHERE id = it.content_id;
-        v_problems := v_problems || CASE
-            WHEN it.action = 'publish' AND ci.archived_at IS NOT NULL THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'archived', 'message', 'the item was archived')
-            WHEN it.action = 'publish' AND ci.draft_revision_id IS DISTINCT FROM it.revision_id THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'stale_revision',
-                    'message', format('revision %s is no longer the current draft (now %s)', it.revision_id, ci.draft_revision_id))
-            WHEN it.action = 'publish' AND ci.published_revision_id IS DISTINCT FROM it.expected_live_revision_id THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'live_changed',
-                    'message', 'the live page changed since this request was made')
-            WHEN it.action = 'unpublish' AND ci.published_revision_id IS NULL THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'not_live', 'message', 'nothing is live to take down')
-            WHEN it.action IN ('archive', 'restore') AND ci.archived_at IS DISTINCT FROM it.archived_at_snapshot THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'snapshot_mismatch',
-                    'message', format('archived_at is %s, the proposal expected %s',
-                                      coalesce(ci.archived_at::text, 'null'), coalesce(it.archived_at_snapshot::text, 'null')))
-            WHEN it.action = 'archive' AND ci.published_revision_id IS NOT NULL THEN
-                jsonb_build_object('content_id', ci.id, 'reason', 'live', 'message', 'the item is live; unpublish it first')
-            ELSE '[]'::jsonb END;
+        v_problems := v_problems || coalesce(querylayer.lifecycle_problem(it, ci), '[]'::jsonb);
     END LOOP;
     IF jsonb_array_length(v_problems) > 0 THEN
         v_status := 'failed';
@@ -898,6 +855,27 @@ $function$;
 ALTER FUNCTION querylayer.check_payload(text,jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.check_payload(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.check_role_grant(p_member_id uuid, p_role text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_current text;
+BEGIN
+    IF p_role IS NOT NULL AND p_role NOT IN ('owner', 'admin', 'editor', 'viewer') THEN
+        RAISE EXCEPTION 'role must be owner, admin, editor or viewer; got %', quote_literal(p_role) USING ERRCODE = '22023';
+    END IF;
+    SELECT role INTO v_current FROM querylayer.site_members WHERE site_id = querylayer.ctx_site_id() AND member_id = p_member_id;
+    IF querylayer.ctx_member_role() <> 'owner' AND (p_role = 'owner' OR v_current = 'owner') THEN
+        RAISE EXCEPTION 'role: only an owner grants or changes the owner role' USING ERRCODE = 'QL403';
+    END IF;
+END
+$function$;
+ALTER FUNCTION querylayer.check_role_grant(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.check_role_grant(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.check_run_closer(p_run querylayer.runs, p_agent uuid, p_connection uuid, p_outcome text)
  RETURNS void
  LANGUAGE plpgsql
@@ -1081,23 +1059,6 @@ END
 $function$;
 ALTER FUNCTION querylayer.check_topical_changes(jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.check_topical_changes(jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.checkpoint_json(p querylayer.ledger_checkpoints)
- RETURNS jsonb
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-    SELECT jsonb_build_object(
-        'format', 'querylayer-checkpoint-v1', 'site_id', p.site_id, 'seq', p.seq,
-        'head_sha256', encode(p.head_sha256, 'hex'), 'tree_root', encode(p.tree_root, 'hex'),
-        'checkpointed_at', querylayer.utc_text(p.checkpointed_at),
-        'prev_checkpoint_sha256', encode(p.prev_sha256, 'hex'),
-        'key', (SELECT k.did_key FROM querylayer.server_keys k WHERE k.id = p.server_key_id),
-        'signature', p.signature)
-$function$;
-ALTER FUNCTION querylayer.checkpoint_json(querylayer.ledger_checkpoints) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.checkpoint_json(querylayer.ledger_checkpoints) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.claimed_turn(p_turn_id uuid)
  RETURNS querylayer.console_turns
@@ -1442,6 +1403,14 @@ AS 'querylayer', $function$ctx_member_role_wrapper$function$;
 ALTER FUNCTION querylayer.ctx_member_role() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ctx_member_role() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.ctx_member_session_id()
+ RETURNS uuid
+ LANGUAGE c
+ STABLE PARALLEL RESTRICTED STRICT
+AS 'querylayer', $function$ctx_member_session_id_wrapper$function$;
+ALTER FUNCTION querylayer.ctx_member_session_id() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.ctx_member_session_id() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.ctx_organization_id()
  RETURNS uuid
  LANGUAGE c
@@ -1605,6 +1574,59 @@ $function$;
 ALTER FUNCTION querylayer.default_partition_aged(text,text,timestamp with time zone) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.default_partition_aged(text,text,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.delivered_json(p_item querylayer.content_items, p_rev querylayer.content_revisions)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN (
+    SELECT jsonb_build_object(
+        'slug', p_item.slug, 'template', t.name, 'template_version', t.version,
+        'revision_id', p_rev.id, 'revision_number', p_rev.revision_number,
+        'fields', p_rev.fields, 'published_at', p_item.published_at,
+        'etag', '"' || left(encode(pg_catalog.sha256(pg_catalog.convert_to(
+                    p_rev.id::text || '@' || extract(epoch FROM p_item.published_at)::text, 'UTF8')), 'hex'), 32) || '"',
+        'last_modified', p_item.published_at)
+      FROM querylayer.templates t WHERE t.id = p_rev.template_id);
+END
+$function$;
+ALTER FUNCTION querylayer.delivered_json(querylayer.content_items,querylayer.content_revisions) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.delivered_json(querylayer.content_items,querylayer.content_revisions) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.delivery_site_sha256(p_slug text)
+ RETURNS bytea
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT pg_catalog.sha256(pg_catalog.convert_to('querylayer-delivery-site-v1:' || p_slug, 'UTF8'))
+$function$;
+ALTER FUNCTION querylayer.delivery_site_sha256(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.delivery_site_sha256(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.delivery_tokens_json()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN jsonb_build_object(
+        'public', coalesce((SELECT public FROM querylayer.delivery_settings WHERE site_id = querylayer.ctx_site_id()), false),
+        'tokens', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'delivery_token_id', t.id, 'name', t.name, 'prefix', t.prefix, 'expires_at', t.expires_at,
+                       'created_at', t.created_at, 'revoked_at', t.revoked_at,
+                       'state', CASE WHEN t.revoked_at IS NOT NULL THEN 'revoked'
+                                     WHEN t.expires_at <= now() THEN 'expired' ELSE 'active' END)
+                       ORDER BY t.created_at, t.id), '[]')
+                     FROM querylayer.delivery_tokens t WHERE t.site_id = querylayer.ctx_site_id()));
+END
+$function$;
+ALTER FUNCTION querylayer.delivery_tokens_json() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.delivery_tokens_json() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.demo_documents()
  RETURNS jsonb
  LANGUAGE c
@@ -1704,6 +1726,24 @@ CREATE OR REPLACE FUNCTION querylayer.end_credential_sessions(credential uuid)
 AS 'querylayer', $function$end_credential_sessions_wrapper$function$;
 ALTER FUNCTION querylayer.end_credential_sessions(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.end_credential_sessions(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.end_member_credentials(p_site_id uuid, p_member_id uuid)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.end_credential_sessions(t.id)
+       FROM querylayer.member_tokens t
+      WHERE t.site_id = p_site_id AND t.member_id = p_member_id AND t.revoked_at IS NULL AND t.expires_at > clock_timestamp();
+    -- Dashboard sessions exist from sql/175_dashboard.sql on; this runs only after it.
+    PERFORM querylayer.end_credential_sessions(s.id)
+       FROM querylayer.member_sessions s
+      WHERE s.site_id = p_site_id AND s.member_id = p_member_id AND s.revoked_at IS NULL AND s.expires_at > clock_timestamp();
+END
+$function$;
+ALTER FUNCTION querylayer.end_member_credentials(uuid,uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.end_member_credentials(uuid,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.enforce_value_limits()
  RETURNS trigger
@@ -2248,6 +2288,37 @@ $function$;
 ALTER FUNCTION querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean,jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.issue_delivery_token(p_site_id uuid, p_name text, p_expires_at timestamp with time zone, p_created_by text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site  querylayer.sites;
+    v_token querylayer.delivery_tokens;
+    v_new   record;
+BEGIN
+    SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
+    IF EXISTS (SELECT 1 FROM querylayer.delivery_tokens
+                WHERE site_id = p_site_id AND name = p_name AND revoked_at IS NULL) THEN
+        RAISE EXCEPTION 'name: a live delivery token named % already exists on this site', quote_literal(p_name)
+            USING ERRCODE = 'QL409', HINT = 'revoke it first or choose another name';
+    END IF;
+    SELECT * INTO v_new FROM querylayer.new_secret('qld'::text);
+    INSERT INTO querylayer.delivery_tokens (site_id, organization_id, name, prefix, expires_at, created_by)
+    VALUES (p_site_id, v_site.organization_id, p_name, v_new.prefix, querylayer.check_expiry(p_expires_at), p_created_by)
+    RETURNING * INTO v_token;
+    INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
+    VALUES (v_new.fingerprint, 'delivery_token', v_token.id, v_token.site_id, v_token.organization_id);
+    PERFORM querylayer.audit('delivery_token.create'::text, v_token.id::text,
+        jsonb_build_object('name', v_token.name, 'expires_at', v_token.expires_at));
+    RETURN jsonb_build_object('delivery_token_id', v_token.id, 'token', v_new.secret, 'prefix', v_token.prefix,
+                              'name', v_token.name, 'site', v_site.slug, 'expires_at', v_token.expires_at);
+END
+$function$;
+ALTER FUNCTION querylayer.issue_delivery_token(uuid,text,timestamp with time zone,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.issue_delivery_token(uuid,text,timestamp with time zone,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.issue_did_challenge(p_site_id uuid, p_did text, p_issued_by text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2280,6 +2351,43 @@ END
 $function$;
 ALTER FUNCTION querylayer.issue_did_challenge(uuid,text,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.issue_did_challenge(uuid,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.issue_invitation(p_site_id uuid, p_member_id uuid, p_expires_at timestamp with time zone, p_created_by text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site   querylayer.sites;
+    v_member querylayer.members;
+    v_inv    querylayer.member_invitations;
+    v_new    record;
+BEGIN
+    SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
+    SELECT * INTO v_member FROM querylayer.members WHERE id = p_member_id;
+    IF NOT EXISTS (SELECT 1 FROM querylayer.site_members WHERE site_id = p_site_id AND member_id = p_member_id) THEN
+        RAISE EXCEPTION 'member: % has no role on this site; give them one first', v_member.handle USING ERRCODE = 'QL422';
+    END IF;
+    IF p_expires_at IS NULL OR p_expires_at <= now() OR p_expires_at > now() + interval '30 days' THEN
+        RAISE EXCEPTION 'expires_at: an invitation lives between a moment and 30 days' USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_new FROM querylayer.new_secret('qli'::text);
+    INSERT INTO querylayer.member_invitations (site_id, organization_id, member_id, prefix, expires_at, created_by)
+    VALUES (p_site_id, v_site.organization_id, p_member_id, v_new.prefix, p_expires_at, p_created_by)
+    RETURNING * INTO v_inv;
+    INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
+    VALUES (v_new.fingerprint, 'invitation', v_inv.id, v_inv.site_id, v_inv.organization_id);
+    PERFORM querylayer.audit('member.invite'::text, v_inv.id::text,
+        jsonb_build_object('member_id', p_member_id, 'expires_at', p_expires_at));
+    RETURN jsonb_build_object(
+        'invitation_id', v_inv.id, 'token', v_new.secret, 'prefix', v_inv.prefix,
+        'site', v_site.slug, 'member', v_member.handle, 'expires_at', v_inv.expires_at,
+        -- Relative to the edge's public URL: the dashboard's page for setting the password.
+        'path', '/invite?token=' || v_new.secret);
+END
+$function$;
+ALTER FUNCTION querylayer.issue_invitation(uuid,uuid,timestamp with time zone,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.issue_invitation(uuid,uuid,timestamp with time zone,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.issue_member_token(p_site_id uuid, p_member_id uuid, p_name text, p_expires_at timestamp with time zone, p_created_by text)
  RETURNS jsonb
@@ -2351,14 +2459,6 @@ $function$;
 ALTER FUNCTION querylayer.ledger_content(jsonb,text[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ledger_content(jsonb,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-CREATE OR REPLACE FUNCTION querylayer.ledger_extend(frontier_nodes bytea, size bigint, leaves bytea)
- RETURNS bytea
- LANGUAGE c
- IMMUTABLE PARALLEL SAFE STRICT
-AS 'querylayer', $function$ledger_extend_wrapper$function$;
-ALTER FUNCTION querylayer.ledger_extend(bytea,bigint,bytea) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.ledger_extend(bytea,bigint,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
 CREATE OR REPLACE FUNCTION querylayer.ledger_genesis(p_site uuid)
  RETURNS bytea
  LANGUAGE sql
@@ -2369,51 +2469,6 @@ AS $function$
 $function$;
 ALTER FUNCTION querylayer.ledger_genesis(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ledger_genesis(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.ledger_leaf(seq bigint, "table" text, form smallint, content_sha256 bytea)
- RETURNS bytea
- LANGUAGE c
- IMMUTABLE PARALLEL SAFE STRICT
-AS 'querylayer', $function$ledger_leaf_wrapper$function$;
-ALTER FUNCTION querylayer.ledger_leaf(bigint,text,smallint,bytea) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.ledger_leaf(bigint,text,smallint,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.ledger_records_sql()
- RETURNS text
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-    SELECT string_agg(format(
-             'SELECT %L::text AS tbl, t.id::text AS id, t.chain_seq, t.ledger_form, t.prev_sha256, t.content_sha256,
-                     t.record_sha256, (x.j - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(x.j) AS k
-                                                   WHERE NOT (k = ANY (f.fields))))::text AS canonical,
-                     coalesce(x.j->>''created_at'', x.j->>''started_at'', x.j->>''imported_at'', x.j->>''staged_at'',
-                              x.j->>''decided_at'', x.j->>''executed_at'', x.j->>''recorded_at'')::timestamptz AS recorded
-                FROM %s t CROSS JOIN LATERAL (SELECT to_jsonb(t) AS j) x
-                LEFT JOIN querylayer.ledger_forms f ON f.table_name = %L AND f.form = t.ledger_form
-               WHERE t.site_id = $1 AND t.chain_seq > $2 AND t.chain_seq <= $3', table_name, table_name, table_name),
-           ' UNION ALL ' ORDER BY table_name)
-      FROM querylayer.ledger_tables
-$function$;
-ALTER FUNCTION querylayer.ledger_records_sql() OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.ledger_records_sql() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.ledger_sign_checkpoint(site uuid, seq bigint, head bytea, root bytea, checkpointed_at text, prev bytea, secret bytea)
- RETURNS jsonb
- LANGUAGE c
- IMMUTABLE PARALLEL SAFE
-AS 'querylayer', $function$ledger_sign_checkpoint_wrapper$function$;
-ALTER FUNCTION querylayer.ledger_sign_checkpoint(uuid,bigint,bytea,bytea,text,bytea,bytea) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.ledger_sign_checkpoint(uuid,bigint,bytea,bytea,text,bytea,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.ledger_tree_root(frontier_nodes bytea, size bigint)
- RETURNS bytea
- LANGUAGE c
- IMMUTABLE PARALLEL SAFE STRICT
-AS 'querylayer', $function$ledger_tree_root_wrapper$function$;
-ALTER FUNCTION querylayer.ledger_tree_root(bytea,bigint) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.ledger_tree_root(bytea,bigint) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.lifecycle_items(p_type text, p_payload jsonb)
  RETURNS SETOF querylayer.proposal_items
@@ -2522,6 +2577,36 @@ AS 'querylayer', $function$lifecycle_mark_wrapper$function$;
 ALTER FUNCTION querylayer.lifecycle_mark() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.lifecycle_mark() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.lifecycle_problem(it querylayer.proposal_items, ci querylayer.content_items)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN CASE
+        WHEN it.action = 'publish' AND ci.archived_at IS NOT NULL THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'archived', 'message', 'the item was archived')
+        WHEN it.action = 'publish' AND ci.draft_revision_id IS DISTINCT FROM it.revision_id THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'stale_revision',
+                'message', format('revision %s is no longer the current draft (now %s)', it.revision_id, ci.draft_revision_id))
+        WHEN it.action = 'publish' AND ci.published_revision_id IS DISTINCT FROM it.expected_live_revision_id THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'live_changed',
+                'message', 'the live page changed since this request was made')
+        WHEN it.action = 'unpublish' AND ci.published_revision_id IS NULL THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'not_live', 'message', 'nothing is live to take down')
+        WHEN it.action IN ('archive', 'restore') AND ci.archived_at IS DISTINCT FROM it.archived_at_snapshot THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'snapshot_mismatch',
+                'message', format('archived_at is %s, the proposal expected %s',
+                                  coalesce(ci.archived_at::text, 'null'), coalesce(it.archived_at_snapshot::text, 'null')))
+        WHEN it.action = 'archive' AND ci.published_revision_id IS NOT NULL THEN
+            jsonb_build_object('content_id', ci.id, 'reason', 'live', 'message', 'the item is live; unpublish it first')
+    END;
+END
+$function$;
+ALTER FUNCTION querylayer.lifecycle_problem(querylayer.proposal_items,querylayer.content_items) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.lifecycle_problem(querylayer.proposal_items,querylayer.content_items) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.limit_values(p_table regclass, p_updates boolean DEFAULT false)
  RETURNS void
  LANGUAGE plpgsql
@@ -2563,78 +2648,6 @@ END
 $function$;
 ALTER FUNCTION querylayer.list_proposals(text,integer,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.list_proposals(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.live_state(p_subject text, p_row jsonb)
- RETURNS jsonb
- LANGUAGE sql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-    SELECT CASE p_subject
-        WHEN 'content_item' THEN jsonb_build_object('published_revision_id', p_row->'published_revision_id',
-                                                    'published_at', p_row->'published_at', 'archived_at', p_row->'archived_at')
-        WHEN 'topic' THEN jsonb_build_object('slug', p_row->'slug', 'title', p_row->'title', 'parent_id', p_row->'parent_id')
-        WHEN 'topic_page' THEN jsonb_build_object('topic_id', p_row->'topic_id', 'content_id', p_row->'content_id',
-                                                  'role', p_row->'role')
-    END
-$function$;
-ALTER FUNCTION querylayer.live_state(text,jsonb) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.live_state(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.live_state_key(p_subject text, p_row jsonb)
- RETURNS text
- LANGUAGE sql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-    SELECT CASE p_subject WHEN 'topic_page' THEN (p_row->>'topic_id') || '/' || (p_row->>'content_id')
-                          ELSE p_row->>'id' END
-$function$;
-ALTER FUNCTION querylayer.live_state_key(text,jsonb) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.live_state_key(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.live_state_problem(p_site uuid)
- RETURNS jsonb
- LANGUAGE plpgsql
- STABLE
- SET "TimeZone" TO 'UTC'
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN
-        WITH replayed AS (
-            SELECT DISTINCT ON (e.subject, e.subject_id) e.subject, e.subject_id, e.state, e.id, e.chain_seq
-              FROM querylayer.state_events e WHERE e.site_id = p_site
-             ORDER BY e.subject, e.subject_id, e.chain_seq DESC
-        ), live AS (
-            SELECT 'content_item' AS subject, i.id::text AS subject_id, querylayer.live_state('content_item'::text, to_jsonb(i)) AS state
-              FROM querylayer.content_items i WHERE i.site_id = p_site
-            UNION ALL
-            SELECT 'topic', t.id::text, querylayer.live_state('topic'::text, to_jsonb(t)) FROM querylayer.topics t WHERE t.site_id = p_site
-            UNION ALL
-            SELECT 'topic_page', p.topic_id::text || '/' || p.content_id::text, querylayer.live_state('topic_page'::text, to_jsonb(p))
-              FROM querylayer.topic_pages p WHERE p.site_id = p_site
-        )
-        SELECT coalesce(l.subject, x.subject) AS subject, coalesce(l.subject_id, x.subject_id) AS subject_id,
-               l.state AS live, x.state AS replayed, x.id AS event_id, x.chain_seq
-          FROM live l FULL JOIN replayed x ON x.subject = l.subject AND x.subject_id = l.subject_id
-         WHERE l.state IS DISTINCT FROM x.state
-           -- An item never moved has no event: its state is the empty one.
-           AND NOT (x.subject IS NULL AND l.subject = 'content_item'
-                    AND l.state = jsonb_build_object('published_revision_id', NULL, 'published_at', NULL, 'archived_at', NULL))
-         ORDER BY 1, 2
-         LIMIT 1
-    LOOP
-        RETURN jsonb_build_object('subject', r.subject, 'subject_id', r.subject_id, 'live', r.live,
-                                  'replayed', r.replayed, 'last_event_id', r.event_id, 'last_event_seq', r.chain_seq);
-    END LOOP;
-    RETURN NULL;
-END
-$function$;
-ALTER FUNCTION querylayer.live_state_problem(uuid) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.live_state_problem(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.lock_ledger_head(p_site uuid)
  RETURNS void
@@ -2734,101 +2747,6 @@ $function$;
 ALTER FUNCTION querylayer.make_chained(regclass) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.make_chained(regclass) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-CREATE OR REPLACE FUNCTION querylayer.make_checkpoint(p_site uuid)
- RETURNS querylayer.ledger_checkpoints
- LANGUAGE plpgsql
- SET "TimeZone" TO 'UTC'
- SET "IntervalStyle" TO 'postgres'
- SET bytea_output TO 'hex'
- SET extra_float_digits TO '1'
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    v_head     querylayer.ledger_heads;
-    v_last     querylayer.ledger_checkpoints;
-    v_key      querylayer.server_keys := querylayer.server_key();
-    v_frontier bytea := ''::bytea;
-    v_folded   bigint := 0;
-    v_size     bigint := 0;
-    v_prev     bytea := querylayer.ledger_genesis(p_site);
-    v_leaves   bytea[] := '{}';
-    v_problem  text;
-    v_signed   jsonb;
-    v_new      querylayer.ledger_checkpoints;
-    r          record;
-BEGIN
-    -- One checkpoint of a site at a time; writers of the site are not held up.
-    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('querylayer.ledger_checkpoints:' || p_site::text, 0));
-    SELECT * INTO v_head FROM querylayer.ledger_heads WHERE site_id = p_site;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'site % has no ledger', p_site USING ERRCODE = 'QL404';
-    END IF;
-    SELECT * INTO v_last FROM querylayer.ledger_checkpoints WHERE site_id = p_site ORDER BY seq DESC LIMIT 1;
-    IF v_last.seq IS NOT NULL THEN
-        IF v_last.seq > v_head.seq THEN
-            RAISE EXCEPTION 'the ledger of site % holds % records, but its checkpoint of % says %', p_site, v_head.seq,
-                querylayer.utc_text(v_last.checkpointed_at), v_last.seq
-                USING ERRCODE = 'QLL09', HINT = 'records were removed: run querylayer ledger verify against the witnesses';
-        END IF;
-        IF v_last.seq = v_head.seq THEN
-            RETURN v_last;
-        END IF;
-        v_frontier := v_last.frontier;
-        v_folded := v_last.seq;
-        v_size := v_last.seq;
-        v_prev := v_last.head_sha256;
-    ELSIF v_head.seq = 0 THEN
-        RETURN NULL;
-    END IF;
-    FOR r IN EXECUTE querylayer.ledger_records_sql() || ' ORDER BY chain_seq' USING p_site, v_size, v_head.seq LOOP
-        v_problem := CASE
-            WHEN r.chain_seq <> v_size + 1 THEN format('record %s is missing or out of order', v_size + 1)
-            WHEN r.prev_sha256 IS DISTINCT FROM v_prev THEN 'prev_sha256 does not match the previous record'
-            WHEN r.canonical IS NULL THEN format('unknown ledger form %s', r.ledger_form)
-            WHEN pg_catalog.sha256(pg_catalog.convert_to(r.canonical, 'UTF8')) IS DISTINCT FROM r.content_sha256
-                THEN 'content does not match content_sha256 (record edited)'
-            WHEN pg_catalog.sha256(v_prev || r.content_sha256) IS DISTINCT FROM r.record_sha256 THEN 'record_sha256 does not match'
-        END;
-        IF v_problem IS NOT NULL THEN
-            RAISE EXCEPTION 'site %: record % (% %): %; no checkpoint is signed over a broken ledger', p_site,
-                coalesce(r.chain_seq::text, '?'), r.tbl, r.id, v_problem
-                USING ERRCODE = 'QLL09', HINT = 'run querylayer ledger verify against the witnesses to see what changed';
-        END IF;
-        v_leaves := v_leaves || querylayer.ledger_leaf(r.chain_seq, r.tbl, r.ledger_form, r.content_sha256);
-        v_size := r.chain_seq;
-        v_prev := r.record_sha256;
-        IF cardinality(v_leaves) >= 10000 THEN
-            v_frontier := querylayer.ledger_extend(v_frontier, v_folded, (SELECT string_agg(x, ''::bytea ORDER BY o) FROM unnest(v_leaves) WITH ORDINALITY AS u(x, o)));
-            v_folded := v_size;
-            v_leaves := '{}';
-        END IF;
-    END LOOP;
-    IF cardinality(v_leaves) > 0 THEN
-        v_frontier := querylayer.ledger_extend(v_frontier, v_folded, (SELECT string_agg(x, ''::bytea ORDER BY o) FROM unnest(v_leaves) WITH ORDINALITY AS u(x, o)));
-    END IF;
-    IF v_size <> v_head.seq OR v_prev IS DISTINCT FROM v_head.head THEN
-        RAISE EXCEPTION 'site %: the ledger head says % records, but records after % are missing', p_site, v_head.seq, v_size
-            USING ERRCODE = 'QLL09', HINT = 'run querylayer ledger verify against the witnesses to see what changed';
-    END IF;
-    v_new.site_id := p_site;
-    v_new.seq := v_size;
-    v_new.head_sha256 := v_prev;
-    v_new.tree_root := querylayer.ledger_tree_root(v_frontier, v_size);
-    v_new.checkpointed_at := date_trunc('microseconds', clock_timestamp());
-    v_new.prev_sha256 := v_last.checkpoint_sha256;
-    v_new.server_key_id := v_key.id;
-    v_new.frontier := v_frontier;
-    v_signed := querylayer.ledger_sign_checkpoint(p_site, v_size, v_prev, v_new.tree_root, querylayer.utc_text(v_new.checkpointed_at),
-                                                  v_new.prev_sha256, v_key.secret);
-    v_new.signature := v_signed->>'signature';
-    v_new.checkpoint_sha256 := decode(v_signed->>'checkpoint_sha256', 'hex');
-    INSERT INTO querylayer.ledger_checkpoints SELECT v_new.*;
-    RETURN v_new;
-END
-$function$;
-ALTER FUNCTION querylayer.make_checkpoint(uuid) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.make_checkpoint(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
 CREATE OR REPLACE FUNCTION querylayer.member_by_handle(p_organization_id uuid, p_handle text)
  RETURNS querylayer.members
  LANGUAGE plpgsql
@@ -2847,6 +2765,30 @@ END
 $function$;
 ALTER FUNCTION querylayer.member_by_handle(uuid,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.member_by_handle(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.member_invitations_guard()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION 'invitations are never deleted; revoke them' USING ERRCODE = 'QL423';
+    END IF;
+    IF OLD.used_at IS NOT NULL OR OLD.revoked_at IS NOT NULL THEN
+        RAISE EXCEPTION 'this invitation is already % ', CASE WHEN OLD.used_at IS NOT NULL THEN 'used' ELSE 'revoked' END
+            USING ERRCODE = 'QL409';
+    END IF;
+    IF (to_jsonb(NEW) - 'used_at' - 'revoked_at' - 'revoked_reason')
+       IS DISTINCT FROM (to_jsonb(OLD) - 'used_at' - 'revoked_at' - 'revoked_reason')
+       OR (NEW.used_at IS NULL AND NEW.revoked_at IS NULL) THEN
+        RAISE EXCEPTION 'only using or revoking may change an invitation' USING ERRCODE = 'QL423';
+    END IF;
+    RETURN NEW;
+END
+$function$;
+ALTER FUNCTION querylayer.member_invitations_guard() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.member_invitations_guard() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.missing_outputs(p_run querylayer.runs)
  RETURNS text[]
@@ -2939,12 +2881,23 @@ CREATE OR REPLACE FUNCTION querylayer.newest_template(p_site_id uuid, p_name tex
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v querylayer.templates;
+    v       querylayer.templates;
+    v_names text[] := querylayer.template_names(p_site_id);
 BEGIN
+    IF cardinality(v_names) = 0 THEN
+        RAISE EXCEPTION 'template: this site has no templates yet, so no draft can be written'
+            USING ERRCODE = 'QL422',
+                  HINT = 'an operator defines one with querylayer_api.create_template(site, name, fields)';
+    END IF;
+    IF p_name IS NULL THEN
+        RAISE EXCEPTION 'template is required for a new item (one of: %)', array_to_string(v_names, ', ')
+            USING ERRCODE = '22023', HINT = 'querylayer_list_templates shows each template''s fields';
+    END IF;
     SELECT * INTO v FROM querylayer.templates WHERE site_id = p_site_id AND name = p_name ORDER BY version DESC LIMIT 1;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no template named % on this site', coalesce(quote_literal(p_name), 'NULL') USING ERRCODE = 'QL404',
-            HINT = (SELECT 'templates: ' || string_agg(DISTINCT name, ', ') FROM querylayer.templates WHERE site_id = p_site_id);
+        RAISE EXCEPTION 'template: no template named % on this site (one of: %)', quote_literal(p_name),
+            array_to_string(v_names, ', ') USING ERRCODE = 'QL404',
+            HINT = 'querylayer_list_templates shows each template''s fields';
     END IF;
     RETURN v;
 END
@@ -3042,6 +2995,33 @@ END
 $function$;
 ALTER FUNCTION querylayer.normalize_scopes(text[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.normalize_scopes(text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.open_member_session(p_site_id uuid, p_member_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site querylayer.sites;
+    v_sess querylayer.member_sessions;
+    v_new  record;
+BEGIN
+    SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
+    SELECT * INTO v_new FROM querylayer.new_secret('qls'::text);
+    INSERT INTO querylayer.member_sessions (site_id, organization_id, member_id, prefix, expires_at, created_by)
+    VALUES (p_site_id, v_site.organization_id, p_member_id, v_new.prefix, now() + interval '12 hours', 'sign-in')
+    RETURNING * INTO v_sess;
+    INSERT INTO querylayer.credentials (fingerprint, kind, subject_id, site_id, organization_id)
+    VALUES (v_new.fingerprint, 'member_session', v_sess.id, v_sess.site_id, v_sess.organization_id);
+    INSERT INTO querylayer.sign_in_attempts (site_id, member_id, succeeded) VALUES (p_site_id, p_member_id, true);
+    INSERT INTO querylayer.audit_events (site_id, organization_id, principal_kind, member_id, action, target)
+    VALUES (p_site_id, v_site.organization_id, 'member', p_member_id, 'session.sign_in', v_sess.id::text);
+    RETURN jsonb_build_object('ok', true, 'session_id', v_sess.id, 'secret', v_new.secret, 'prefix', v_sess.prefix,
+                              'site', v_site.slug, 'expires_at', v_sess.expires_at);
+END
+$function$;
+ALTER FUNCTION querylayer.open_member_session(uuid,uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.open_member_session(uuid,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.organization_by_slug(p_slug text)
  RETURNS querylayer.organizations
@@ -3297,15 +3277,39 @@ BEGIN
                         'decision', d.decision, 'member_id', d.member_id, 'member_role', d.member_role,
                         'note', d.note, 'decided_at', d.decided_at) END,
         'execution', CASE WHEN e.decision_id IS NOT NULL THEN jsonb_build_object(
-                        'status', e.status, 'detail', e.detail, 'executed_at', e.executed_at) END)
+                        'status', e.status, 'detail', e.detail, 'executed_at', e.executed_at) END,
+        -- A pending lifecycle request whose items moved since it was made (the draft changed,
+        -- the live page changed, the item was archived): approving it would change nothing.
+        'stale', jsonb_array_length(pp.problems) > 0,
+        'stale_problems', pp.problems)
       FROM querylayer.proposals p
       LEFT JOIN querylayer.proposal_decisions d ON d.proposal_id = p.id
       LEFT JOIN querylayer.proposal_executions e ON e.proposal_id = p.id
+      CROSS JOIN LATERAL (SELECT CASE WHEN d.id IS NULL AND p.type IN ('publish_lifecycle', 'content_lifecycle')
+                                      THEN querylayer.proposal_problems(p.id) ELSE '[]'::jsonb END AS problems) pp
      WHERE p.id = p_id);
 END
 $function$;
 ALTER FUNCTION querylayer.proposal_json(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.proposal_json(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.proposal_problems(p_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN (
+    SELECT coalesce(jsonb_agg(x.problem ORDER BY x.ordinal), '[]')
+      FROM (SELECT i.ordinal, querylayer.lifecycle_problem(i, c) AS problem
+              FROM querylayer.proposal_items i JOIN querylayer.content_items c ON c.id = i.content_id
+             WHERE i.proposal_id = p_id) x
+     WHERE x.problem IS NOT NULL);
+END
+$function$;
+ALTER FUNCTION querylayer.proposal_problems(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.proposal_problems(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.proposal_state_filter(p_state text)
  RETURNS text
@@ -3440,88 +3444,22 @@ $function$;
 ALTER FUNCTION querylayer.record_receipts(jsonb,text,text,uuid,uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.record_receipts(jsonb,text,text,uuid,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-CREATE OR REPLACE FUNCTION querylayer.record_state_baseline(p_actor text)
- RETURNS bigint
+CREATE OR REPLACE FUNCTION querylayer.record_sign_in_failure(p_site_id uuid, p_member_id uuid, p_reason text)
+ RETURNS void
  LANGUAGE plpgsql
- SET "TimeZone" TO 'UTC'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_count bigint;
 BEGIN
-    WITH live AS (
-        SELECT i.site_id, 'content_item' AS subject, to_jsonb(i) AS r, i.created_at AS since FROM querylayer.content_items i
-         WHERE i.published_revision_id IS NOT NULL OR i.published_at IS NOT NULL OR i.archived_at IS NOT NULL
-        UNION ALL
-        SELECT t.site_id, 'topic', to_jsonb(t), t.created_at FROM querylayer.topics t
-        UNION ALL
-        SELECT p.site_id, 'topic_page', to_jsonb(p), p.added_at FROM querylayer.topic_pages p
-    ), added AS (
-        INSERT INTO querylayer.state_events (site_id, subject, subject_id, state, cause, actor)
-        SELECT l.site_id, l.subject, querylayer.live_state_key(l.subject, l.r), querylayer.live_state(l.subject, l.r),
-               'baseline', p_actor
-          FROM live l
-         WHERE NOT EXISTS (SELECT 1 FROM querylayer.state_events e
-                            WHERE e.site_id = l.site_id AND e.subject = l.subject
-                              AND e.subject_id = querylayer.live_state_key(l.subject, l.r))
-         ORDER BY l.site_id, l.since, l.subject, querylayer.live_state_key(l.subject, l.r)
-        RETURNING 1
-    )
-    SELECT count(*) INTO v_count FROM added;
-    RETURN v_count;
+    IF p_reason = 'wrong_password' THEN
+        INSERT INTO querylayer.sign_in_attempts (site_id, member_id, succeeded) VALUES (p_site_id, p_member_id, false);
+    END IF;
+    INSERT INTO querylayer.audit_events (site_id, organization_id, principal_kind, member_id, action, outcome, detail)
+    VALUES (p_site_id, querylayer.ctx_organization_id(), 'anonymous', p_member_id, 'session.sign_in', 'denied',
+            jsonb_build_object('reason', p_reason));
 END
 $function$;
-ALTER FUNCTION querylayer.record_state_baseline(text) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.record_state_baseline(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.record_state_event()
- RETURNS trigger
- LANGUAGE plpgsql
- SET "TimeZone" TO 'UTC'
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    v_subject text := CASE TG_TABLE_NAME WHEN 'content_items' THEN 'content_item' WHEN 'topics' THEN 'topic'
-                                         WHEN 'topic_pages' THEN 'topic_page' END;
-    v_mark    uuid := querylayer.lifecycle_mark();
-    v_old     jsonb;
-    v_new     jsonb;
-    v_site    uuid;
-BEGIN
-    IF querylayer.restoring() THEN
-        RETURN NULL;
-    END IF;
-    IF TG_OP <> 'INSERT' THEN
-        v_old := to_jsonb(OLD);
-        v_site := OLD.site_id;
-    END IF;
-    IF TG_OP <> 'DELETE' THEN
-        v_new := to_jsonb(NEW);
-        v_site := NEW.site_id;
-    END IF;
-    -- An update that leaves the governed state as it was is no event.
-    IF TG_OP = 'UPDATE' AND querylayer.live_state_key(v_subject, v_old) = querylayer.live_state_key(v_subject, v_new)
-       AND querylayer.live_state(v_subject, v_old) = querylayer.live_state(v_subject, v_new) THEN
-        RETURN NULL;
-    END IF;
-    -- A row whose key changed is a row gone and a row added.
-    IF v_old IS NOT NULL AND (v_new IS NULL OR querylayer.live_state_key(v_subject, v_old) <> querylayer.live_state_key(v_subject, v_new)) THEN
-        INSERT INTO querylayer.state_events (site_id, subject, subject_id, state, cause, decision_id, actor)
-        VALUES (OLD.site_id, v_subject, querylayer.live_state_key(v_subject, v_old), NULL,
-                CASE WHEN v_mark IS NULL THEN 'operator' ELSE 'decision' END, v_mark,
-                CASE WHEN v_mark IS NULL THEN 'operator:' || querylayer.outer_user() END);
-    END IF;
-    IF v_new IS NOT NULL THEN
-        INSERT INTO querylayer.state_events (site_id, subject, subject_id, state, cause, decision_id, actor)
-        VALUES (v_site, v_subject, querylayer.live_state_key(v_subject, v_new), querylayer.live_state(v_subject, v_new),
-                CASE WHEN v_mark IS NULL THEN 'operator' ELSE 'decision' END, v_mark,
-                CASE WHEN v_mark IS NULL THEN 'operator:' || querylayer.outer_user() END);
-    END IF;
-    RETURN NULL;
-END
-$function$;
-ALTER FUNCTION querylayer.record_state_event() OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.record_state_event() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+ALTER FUNCTION querylayer.record_sign_in_failure(uuid,uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.record_sign_in_failure(uuid,uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.record_time_partition_drop(p_partition text)
  RETURNS jsonb
@@ -3687,6 +3625,23 @@ $function$;
 ALTER FUNCTION querylayer.require_connection_for(text,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.require_connection_for(text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.require_delivery()
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF querylayer.ctx_kind() IS DISTINCT FROM 'delivery' THEN
+        RAISE EXCEPTION 'no delivery context in this transaction'
+            USING ERRCODE = 'QL401',
+                  HINT = 'call querylayer_api.authenticate_delivery(site, fingerprint) first, in the same transaction';
+    END IF;
+END
+$function$;
+ALTER FUNCTION querylayer.require_delivery() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.require_delivery() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.require_member(p_roles text[] DEFAULT NULL::text[])
  RETURNS void
  LANGUAGE plpgsql
@@ -3786,6 +3741,109 @@ END
 $function$;
 ALTER FUNCTION querylayer.resolve_connection(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.resolve_connection(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.resolve_delivery_token(p_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    r record;
+BEGIN
+    SELECT t.*, s.slug AS site_slug INTO r
+      FROM querylayer.delivery_tokens t JOIN querylayer.sites s ON s.id = t.site_id
+     WHERE t.id = p_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
+    ELSIF r.revoked_at IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
+    ELSIF r.expires_at <= clock_timestamp() THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
+    END IF;
+    RETURN jsonb_build_object('ok', true, 'organization_id', r.organization_id, 'site_id', r.site_id,
+                              'site', r.site_slug, 'delivery_token_id', r.id, 'access', 'token',
+                              'expires_at', r.expires_at);
+END
+$function$;
+ALTER FUNCTION querylayer.resolve_delivery_token(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.resolve_delivery_token(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.resolve_invitation(p_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    r record;
+BEGIN
+    SELECT i.*, s.slug AS site_slug, s.name AS site_name, m.handle AS member_handle, m.display_name, sm.role
+      INTO r
+      FROM querylayer.member_invitations i
+      JOIN querylayer.sites s ON s.id = i.site_id
+      JOIN querylayer.members m ON m.id = i.member_id
+      LEFT JOIN querylayer.site_members sm ON sm.site_id = i.site_id AND sm.member_id = i.member_id
+     WHERE i.id = p_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
+    ELSIF r.used_at IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'used');
+    ELSIF r.revoked_at IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
+    ELSIF r.expires_at <= clock_timestamp() THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
+    ELSIF r.role IS NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'no_site_role');
+    END IF;
+    RETURN jsonb_build_object(
+        'ok', true, 'invitation_id', r.id,
+        'organization_id', r.organization_id, 'site_id', r.site_id, 'site', r.site_slug, 'site_name', r.site_name,
+        'member_id', r.member_id, 'member', r.member_handle, 'display_name', r.display_name, 'role', r.role,
+        'expires_at', r.expires_at);
+END
+$function$;
+ALTER FUNCTION querylayer.resolve_invitation(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.resolve_invitation(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.resolve_member_session(p_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    r record;
+BEGIN
+    SELECT t.*, s.slug AS site_slug, s.name AS site_name, o.slug AS organization_slug, m.handle AS member_handle,
+           m.display_name, sm.role
+      INTO r
+      FROM querylayer.member_sessions t
+      JOIN querylayer.sites s ON s.id = t.site_id
+      JOIN querylayer.organizations o ON o.id = t.organization_id
+      JOIN querylayer.members m ON m.id = t.member_id
+      LEFT JOIN querylayer.site_members sm ON sm.site_id = t.site_id AND sm.member_id = t.member_id
+     WHERE t.id = p_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
+    ELSIF r.revoked_at IS NOT NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
+    ELSIF r.expires_at <= clock_timestamp() THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
+    ELSIF r.role IS NULL THEN
+        RETURN jsonb_build_object('ok', false, 'reason', 'no_site_role');
+    END IF;
+    RETURN jsonb_build_object(
+        'ok', true,
+        'organization_id', r.organization_id, 'organization', r.organization_slug,
+        'site_id', r.site_id, 'site', r.site_slug, 'site_name', r.site_name,
+        'member_id', r.member_id, 'member', r.member_handle, 'display_name', r.display_name, 'role', r.role,
+        'session_id', r.id,
+        'expires_at', r.expires_at);
+END
+$function$;
+ALTER FUNCTION querylayer.resolve_member_session(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.resolve_member_session(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.resolve_member_token(p_id uuid)
  RETURNS jsonb
@@ -3896,6 +3954,62 @@ $function$;
 ALTER FUNCTION querylayer.restoring() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.restoring() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.revision_json(p_revision_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN (
+    SELECT jsonb_build_object(
+        'revision_id', v.id, 'content_id', v.content_id, 'slug', i.slug, 'revision_number', v.revision_number,
+        'template', t.name, 'template_version', t.version, 'fields', v.fields,
+        'author', jsonb_build_object('kind', v.author_kind, 'agent_id', v.agent_id, 'agent', a.handle,
+                                     'connection_id', v.connection_id, 'run_id', v.run_id, 'run_type', r.run_type,
+                                     'member_id', v.member_id, 'member', m.handle),
+        'created_at', v.created_at, 'is_draft', v.id = i.draft_revision_id,
+        'is_live', v.id IS NOT DISTINCT FROM i.published_revision_id,
+        'record_sha256', encode(v.record_sha256, 'hex'),
+        'previous_revision_id', (SELECT p.id FROM querylayer.content_revisions p
+                                  WHERE p.content_id = v.content_id AND p.revision_number = v.revision_number - 1))
+      FROM querylayer.content_revisions v
+      JOIN querylayer.templates t ON t.id = v.template_id
+      JOIN querylayer.content_items i ON i.id = v.content_id
+      LEFT JOIN querylayer.agents a ON a.id = v.agent_id
+      LEFT JOIN querylayer.runs r ON r.id = v.run_id
+      LEFT JOIN querylayer.members m ON m.id = v.member_id
+     WHERE v.id = p_revision_id);
+END
+$function$;
+ALTER FUNCTION querylayer.revision_json(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.revision_json(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.revision_summary(p_rev querylayer.content_revisions, p_item querylayer.content_items)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN (
+    SELECT jsonb_build_object(
+        'revision_id', p_rev.id, 'revision_number', p_rev.revision_number,
+        'template_version', t.version, 'title', p_rev.fields->>'title',
+        'author', jsonb_build_object('kind', p_rev.author_kind, 'agent', a.handle, 'run_id', p_rev.run_id,
+                                     'connection_id', p_rev.connection_id, 'member', m.handle),
+        'created_at', p_rev.created_at,
+        'is_draft', p_rev.id = p_item.draft_revision_id,
+        'is_live', p_rev.id IS NOT DISTINCT FROM p_item.published_revision_id)
+      FROM querylayer.templates t
+      LEFT JOIN querylayer.agents a ON a.id = p_rev.agent_id
+      LEFT JOIN querylayer.members m ON m.id = p_rev.member_id
+     WHERE t.id = p_rev.template_id);
+END
+$function$;
+ALTER FUNCTION querylayer.revision_summary(querylayer.content_revisions,querylayer.content_items) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.revision_summary(querylayer.content_revisions,querylayer.content_items) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.revoke_credential(p_table regclass, p_id uuid, p_reason text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3915,8 +4029,10 @@ BEGIN
         -- Already revoked: revocation is idempotent, the first time stays recorded.
         RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', true);
     END IF;
-    PERFORM querylayer.audit(CASE p_table WHEN 'querylayer.connections'::regclass THEN 'connection.revoke'
-                                          ELSE 'member_token.revoke' END,
+    PERFORM querylayer.audit(CASE p_table::text WHEN 'querylayer.connections' THEN 'connection.revoke'
+                                                WHEN 'querylayer.member_sessions' THEN 'session.revoke'
+                                                WHEN 'querylayer.delivery_tokens' THEN 'delivery_token.revoke'
+                                                ELSE 'member_token.revoke' END,
                              p_id::text, jsonb_build_object('reason', p_reason));
     -- No backend goes on acting with it: those holding its context end now, and one that is
     -- authenticating waits for this revocation to commit, then sees it.
@@ -4109,6 +4225,75 @@ $function$;
 ALTER FUNCTION querylayer.server_key() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.server_key() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.session_authenticate(fingerprint bytea, csrf text)
+ RETURNS jsonb
+ LANGUAGE c
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$session_authenticate_wrapper$function$;
+ALTER FUNCTION querylayer.session_authenticate(bytea,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.session_authenticate(bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.set_delivery_public(p_site_id uuid, p_public boolean, p_by text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    IF p_public IS NULL THEN
+        RAISE EXCEPTION 'public must be true or false' USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_site FROM querylayer.sites WHERE id = p_site_id;
+    INSERT INTO querylayer.delivery_settings (site_id, organization_id, site_sha256, public, updated_by)
+    VALUES (v_site.id, v_site.organization_id, querylayer.delivery_site_sha256(v_site.slug), p_public, p_by)
+    ON CONFLICT (site_id) DO UPDATE SET public = EXCLUDED.public, updated_at = now(), updated_by = EXCLUDED.updated_by;
+    PERFORM querylayer.audit('delivery.public'::text, v_site.id::text, jsonb_build_object('public', p_public));
+    RETURN jsonb_build_object('site', v_site.slug, 'public', p_public);
+END
+$function$;
+ALTER FUNCTION querylayer.set_delivery_public(uuid,boolean,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.set_delivery_public(uuid,boolean,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.set_member_password(p_invitation_id uuid, p_hash text, p_lookup bytea)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_inv querylayer.member_invitations;
+    v_ended integer;
+BEGIN
+    UPDATE querylayer.member_invitations SET used_at = clock_timestamp()
+     WHERE id = p_invitation_id AND used_at IS NULL AND revoked_at IS NULL AND expires_at > now()
+    RETURNING * INTO v_inv;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'authentication failed' USING ERRCODE = '28000';
+    END IF;
+    INSERT INTO querylayer.member_passwords (site_id, organization_id, member_id, lookup_sha256, password_hash, invitation_id)
+    VALUES (v_inv.site_id, v_inv.organization_id, v_inv.member_id, p_lookup, p_hash, v_inv.id)
+    ON CONFLICT (site_id, member_id) DO UPDATE
+       SET lookup_sha256 = EXCLUDED.lookup_sha256, password_hash = EXCLUDED.password_hash,
+           set_at = clock_timestamp(), invitation_id = EXCLUDED.invitation_id;
+    WITH ended AS (
+        UPDATE querylayer.member_sessions SET revoked_at = now(), revoked_reason = 'password set'
+         WHERE site_id = v_inv.site_id AND member_id = v_inv.member_id AND revoked_at IS NULL
+        RETURNING id)
+    SELECT count(*) INTO v_ended FROM ended;
+    -- No backend goes on acting through an ended session.
+    PERFORM querylayer.end_credential_sessions(s.id)
+       FROM querylayer.member_sessions s
+      WHERE s.site_id = v_inv.site_id AND s.member_id = v_inv.member_id AND s.revoked_reason = 'password set'
+        AND s.revoked_at = now();
+    INSERT INTO querylayer.audit_events (site_id, organization_id, principal_kind, member_id, action, target, detail)
+    VALUES (v_inv.site_id, v_inv.organization_id, 'member', v_inv.member_id, 'member.password', v_inv.id::text,
+            jsonb_build_object('sessions_ended', v_ended));
+    RETURN jsonb_build_object('site_id', v_inv.site_id, 'member_id', v_inv.member_id, 'sessions_ended', v_ended);
+END
+$function$;
+ALTER FUNCTION querylayer.set_member_password(uuid,text,bytea) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.set_member_password(uuid,text,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.setting_int(p_key text)
  RETURNS integer
  LANGUAGE plpgsql
@@ -4188,6 +4373,29 @@ CREATE OR REPLACE FUNCTION querylayer.sign_answer(answer jsonb, llm_text text, l
 AS 'querylayer', $function$sign_answer_wrapper$function$;
 ALTER FUNCTION querylayer.sign_answer(jsonb,text,text,text,text,text,bytea,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.sign_answer(jsonb,text,text,text,text,text,bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.sign_in_gate(p_site_id uuid, p_member_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_failures integer;
+    v_oldest   timestamptz;
+BEGIN
+    DELETE FROM querylayer.sign_in_attempts
+     WHERE site_id = p_site_id AND member_id = p_member_id AND at < now() - interval '1 day';
+    SELECT count(*), min(at) INTO v_failures, v_oldest FROM querylayer.sign_in_attempts
+     WHERE site_id = p_site_id AND member_id = p_member_id AND NOT succeeded AND at > now() - interval '15 minutes';
+    RETURN jsonb_build_object(
+        'locked', v_failures >= 5,
+        'retry_after_seconds', CASE WHEN v_failures >= 5
+            THEN greatest(1, ceil(extract(epoch FROM v_oldest + interval '15 minutes' - now())))::integer END,
+        'has_role', EXISTS (SELECT 1 FROM querylayer.site_members WHERE site_id = p_site_id AND member_id = p_member_id));
+END
+$function$;
+ALTER FUNCTION querylayer.sign_in_gate(uuid,uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.sign_in_gate(uuid,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.sign_statement(statement jsonb, secret bytea)
  RETURNS text
@@ -4415,9 +4623,8 @@ CREATE OR REPLACE FUNCTION querylayer.task_plans_guard()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    -- A restore brings plans as they were written, whatever their turn went on to become.
     IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
-        RETURN NEW;
+        RETURN NEW;  -- a restore brings the row as it was dumped
     END IF;
     IF TG_OP = 'INSERT' THEN
         PERFORM 1 FROM querylayer.console_turns t
@@ -4478,6 +4685,19 @@ END
 $function$;
 ALTER FUNCTION querylayer.task_steps_guard() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.task_steps_guard() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.template_names(p_site_id uuid)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN ARRAY(SELECT DISTINCT name FROM querylayer.templates WHERE site_id = p_site_id ORDER BY name);
+END
+$function$;
+ALTER FUNCTION querylayer.template_names(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.template_names(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.time_partitions()
  RETURNS TABLE(table_name text, partition_name text, range_from timestamp with time zone, range_to timestamp with time zone, is_default boolean, bytes bigint)
@@ -4629,6 +4849,17 @@ $function$;
 ALTER FUNCTION querylayer.verify_ledger_site(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.verify_ledger_site(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer_api.accept_invitation(fingerprint bytea, password text)
+ RETURNS jsonb
+ LANGUAGE c
+ STRICT SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$accept_invitation_wrapper$function$;
+ALTER FUNCTION querylayer_api.accept_invitation(bytea,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.accept_invitation(bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.accept_invitation(bytea,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.accept_invitation(bytea,text) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.add_topic(p_site text, p_slug text, p_title text, p_parent text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -4739,6 +4970,17 @@ REVOKE ALL ON FUNCTION querylayer_api.authenticate(bytea) FROM PUBLIC, querylaye
 GRANT EXECUTE ON FUNCTION querylayer_api.authenticate(bytea) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.authenticate(bytea) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.authenticate_delivery(site text, fingerprint bytea)
+ RETURNS jsonb
+ LANGUAGE c
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$authenticate_delivery_wrapper$function$;
+ALTER FUNCTION querylayer_api.authenticate_delivery(text,bytea) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.authenticate_delivery(text,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_delivery(text,bytea) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_delivery(text,bytea) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.authenticate_envelope(header text, method text, path text, body_sha256 bytea)
  RETURNS jsonb
  LANGUAGE c
@@ -4760,6 +5002,28 @@ ALTER FUNCTION querylayer_api.authenticate_member(bytea) OWNER TO querylayer_own
 REVOKE ALL ON FUNCTION querylayer_api.authenticate_member(bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_member(bytea) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_member(bytea) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.authenticate_session(p_fingerprint bytea, p_csrf_token text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v jsonb;
+BEGIN
+    v := querylayer.session_authenticate(p_fingerprint, p_csrf_token);
+    IF v->>'csrf' = 'mismatch' THEN
+        RAISE EXCEPTION 'csrf_token: the request''s CSRF token does not belong to its session' USING ERRCODE = 'QL403',
+            HINT = 'reload the page and submit its form again';
+    END IF;
+    RETURN v - 'csrf';
+END
+$function$;
+ALTER FUNCTION querylayer_api.authenticate_session(bytea,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.authenticate_session(bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_session(bytea,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_session(bytea,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.begin_run(p_run_type text, p_input jsonb DEFAULT '{}'::jsonb, p_required_outputs text[] DEFAULT '{}'::text[], p_completion_conditions text[] DEFAULT '{}'::text[], p_deadline_seconds integer DEFAULT NULL::integer)
  RETURNS jsonb
@@ -5338,6 +5602,23 @@ REVOKE ALL ON FUNCTION querylayer_api.console_create_connection(text,text,text[]
 GRANT EXECUTE ON FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text,jsonb) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_create_connection(text,text,text[],timestamp with time zone,text,text,jsonb) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.console_create_delivery_token(p_name text, p_expires_at timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    RETURN querylayer.issue_delivery_token(querylayer.ctx_site_id(), p_name, p_expires_at,
+                                           'member:' || querylayer.ctx_member_id());
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_create_delivery_token(text,timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_create_delivery_token(text,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_create_delivery_token(text,timestamp with time zone) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_create_delivery_token(text,timestamp with time zone) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.console_create_did_challenge(p_did text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5407,6 +5688,207 @@ REVOKE ALL ON FUNCTION querylayer_api.console_get_turn(uuid) FROM PUBLIC, queryl
 GRANT EXECUTE ON FUNCTION querylayer_api.console_get_turn(uuid) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_get_turn(uuid) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.console_grant_agent_scopes(p_agent text, p_scopes text[])
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_agent  querylayer.agents;
+    v_scopes text[];
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
+    v_scopes := querylayer.normalize_scopes(p_scopes);
+    INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
+    SELECT querylayer.ctx_site_id(), querylayer.ctx_organization_id(), v_agent.id, s, 'member:' || querylayer.ctx_member_id()
+      FROM unnest(v_scopes) AS s
+    ON CONFLICT DO NOTHING;
+    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    RETURN jsonb_build_object('agent', v_agent.handle,
+        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
+                    WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_grant_agent_scopes(text,text[]) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_grant_agent_scopes(text,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_grant_agent_scopes(text,text[]) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_grant_agent_scopes(text,text[]) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_inbox(p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after record;
+    v_rank  integer;
+    v_at    timestamptz;
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    PERFORM querylayer.page_limit(p_limit, 200);
+    v_after := querylayer.page_after('inbox'::text, p_cursor);
+    IF v_after.after_id IS NOT NULL THEN
+        BEGIN
+            v_rank := split_part(v_after.after_key, ' ', 1)::integer;
+            v_at := substr(v_after.after_key, strpos(v_after.after_key, ' ') + 1)::timestamptz;
+        EXCEPTION WHEN others THEN
+            RAISE EXCEPTION 'cursor: not a cursor of this list' USING ERRCODE = '22023',
+                HINT = 'pass the next_cursor of the previous page unchanged';
+        END;
+    END IF;
+    RETURN (
+    -- Only the columns the page needs: the whole pending set is scanned for the counts.
+    WITH pending AS MATERIALIZED (
+        SELECT p.id, p.risk, p.created_at, p.agent_id, p.run_id,
+               CASE p.risk WHEN 'high' THEN 3 WHEN 'medium' THEN 2 ELSE 1 END AS rank
+          FROM querylayer.proposals p
+         WHERE p.site_id = querylayer.ctx_site_id()
+           AND NOT EXISTS (SELECT 1 FROM querylayer.proposal_decisions d WHERE d.proposal_id = p.id)),
+    counts AS (SELECT risk, count(*) AS n FROM pending GROUP BY risk)
+    SELECT jsonb_build_object(
+        'pending', (SELECT coalesce(sum(n), 0) FROM counts),
+        'by_risk', (SELECT jsonb_object_agg(risk, n) FROM counts))
+        || querylayer.page('inbox'::text, 'proposals'::text, p_limit, (
+            SELECT jsonb_agg(jsonb_build_object(
+                       'key', x.rank::text || ' ' || querylayer.page_key(x.created_at), 'id', x.id,
+                       'item', querylayer.proposal_json(x.id) || jsonb_build_object(
+                          'agent', (SELECT handle FROM querylayer.agents WHERE id = x.agent_id),
+                          'run_type', (SELECT run_type FROM querylayer.runs WHERE id = x.run_id),
+                          'slugs', (SELECT coalesce(jsonb_agg(c.slug ORDER BY i.ordinal), '[]')
+                                      FROM querylayer.proposal_items i JOIN querylayer.content_items c ON c.id = i.content_id
+                                     WHERE i.proposal_id = x.id)))
+                          ORDER BY x.rank DESC, x.created_at, x.id)
+              FROM (SELECT * FROM pending y
+                     WHERE v_rank IS NULL OR y.rank < v_rank
+                        OR (y.rank = v_rank AND (y.created_at, y.id) > (v_at, v_after.after_id))
+                     ORDER BY y.rank DESC, y.created_at, y.id LIMIT p_limit + 1) x)));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_inbox(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_inbox(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_inbox(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_inbox(integer,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_invite_member(p_member text, p_role text DEFAULT NULL::text, p_display_name text DEFAULT NULL::text, p_expires_at timestamp with time zone DEFAULT (now() + '72:00:00'::interval))
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_member querylayer.members;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    IF p_member IS NULL OR p_member !~ '^[a-z0-9][a-z0-9._-]{0,62}$' THEN
+        RAISE EXCEPTION 'member: a handle of lowercase letters, digits and ._- is required; got %',
+            coalesce(quote_literal(p_member), 'NULL') USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO v_member FROM querylayer.members
+     WHERE organization_id = querylayer.ctx_organization_id() AND handle = p_member;
+    IF NOT FOUND THEN
+        IF p_role IS NULL THEN
+            RAISE EXCEPTION 'role: % is a new member; give them a role on this site', p_member USING ERRCODE = '22023';
+        END IF;
+        INSERT INTO querylayer.members (organization_id, handle, display_name)
+        VALUES (querylayer.ctx_organization_id(), p_member, coalesce(nullif(p_display_name, ''), p_member))
+        RETURNING * INTO v_member;
+        PERFORM querylayer.audit('member.create'::text, v_member.id::text, jsonb_build_object('handle', v_member.handle));
+    END IF;
+    IF p_role IS NOT NULL THEN
+        PERFORM querylayer.check_role_grant(v_member.id, p_role);
+        INSERT INTO querylayer.site_members (site_id, member_id, role) VALUES (querylayer.ctx_site_id(), v_member.id, p_role)
+        ON CONFLICT (site_id, member_id) DO UPDATE SET role = EXCLUDED.role, granted_at = now();
+        -- A member acting with the old role right now stops: their tokens' and sessions' backends end.
+        PERFORM querylayer.end_member_credentials(querylayer.ctx_site_id(), v_member.id);
+        PERFORM querylayer.audit('member.role'::text, v_member.id::text, jsonb_build_object('role', p_role));
+    END IF;
+    RETURN querylayer.issue_invitation(querylayer.ctx_site_id(), v_member.id, p_expires_at,
+                                       'member:' || querylayer.ctx_member_id());
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_invite_member(text,text,text,timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_invite_member(text,text,text,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_invite_member(text,text,text,timestamp with time zone) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_invite_member(text,text,text,timestamp with time zone) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_agents()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    RETURN jsonb_build_object(
+        'scopes', (SELECT jsonb_agg(jsonb_build_object('scope', scope, 'description', description) ORDER BY scope)
+                     FROM querylayer.scopes),
+        'agents', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                       'agent', a.handle, 'kind', a.kind, 'profile_id', a.profile_id, 'profile_name', a.profile_name,
+                       'scopes', to_jsonb(ARRAY(SELECT p.scope FROM querylayer.agent_site_permissions p
+                                                 WHERE p.site_id = querylayer.ctx_site_id() AND p.agent_id = a.id
+                                                 ORDER BY p.scope)),
+                       'live_connections', (SELECT count(*) FROM querylayer.connections c
+                                             WHERE c.site_id = querylayer.ctx_site_id() AND c.agent_id = a.id
+                                               AND c.revoked_at IS NULL AND c.expires_at > now()))
+                       ORDER BY a.handle), '[]')
+                     FROM querylayer.agents a WHERE a.organization_id = querylayer.ctx_organization_id()));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_list_agents() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_agents() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_agents() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_agents() TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_audit(p_since timestamp with time zone DEFAULT NULL::timestamp with time zone, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_actor text DEFAULT NULL::text, p_action text DEFAULT NULL::text, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after  record;
+    v_before bigint;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    PERFORM querylayer.page_limit(p_limit, 200);
+    v_after := querylayer.page_after('audit'::text, p_cursor);
+    IF v_after.after_key IS NOT NULL THEN
+        BEGIN
+            v_before := v_after.after_key::bigint;
+        EXCEPTION WHEN others THEN
+            RAISE EXCEPTION 'cursor: not a cursor of this list' USING ERRCODE = '22023',
+                HINT = 'pass the next_cursor of the previous page unchanged';
+        END;
+    END IF;
+    -- Audit records are numbered, not keyed by uuid: the cursor carries the number, and the nil uuid.
+    RETURN querylayer.page('audit'::text, 'events'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', e.id::text, 'id', '00000000-0000-0000-0000-000000000000'::uuid,
+               'item', jsonb_build_object(
+               'id', e.id, 'at', e.at, 'principal_kind', e.principal_kind, 'agent', e.agent, 'member', e.member,
+               'operator_role', e.operator_role, 'action', e.action, 'outcome', e.outcome, 'target', e.target,
+               'detail', e.detail)) ORDER BY e.id DESC)
+      FROM (SELECT x.*, a.handle AS agent, m.handle AS member
+              FROM querylayer.audit_events x
+              LEFT JOIN querylayer.agents a ON a.id = x.agent_id
+              LEFT JOIN querylayer.members m ON m.id = x.member_id
+             WHERE x.site_id = querylayer.ctx_site_id()
+               AND (v_before IS NULL OR x.id < v_before)
+               AND (p_since IS NULL OR x.at >= p_since)
+               AND (p_until IS NULL OR x.at < p_until)
+               AND (p_action IS NULL OR x.action = p_action
+                    OR (right(p_action, 1) = '.' AND starts_with(x.action, p_action)))
+               AND (p_actor IS NULL OR x.principal_kind = p_actor OR a.handle = p_actor OR m.handle = p_actor)
+             ORDER BY x.id DESC LIMIT p_limit + 1) e));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_list_audit(timestamp with time zone,timestamp with time zone,text,text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_audit(timestamp with time zone,timestamp with time zone,text,text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_audit(timestamp with time zone,timestamp with time zone,text,text,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_audit(timestamp with time zone,timestamp with time zone,text,text,integer,text) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.console_list_connections(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5441,6 +5923,43 @@ ALTER FUNCTION querylayer_api.console_list_connections(integer,text) OWNER TO qu
 REVOKE ALL ON FUNCTION querylayer_api.console_list_connections(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_connections(integer,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_connections(integer,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_content(p_state text DEFAULT NULL::text, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after record;
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
+        RAISE EXCEPTION 'state must be draft, published or archived; got %', quote_literal(p_state) USING ERRCODE = '22023';
+    END IF;
+    PERFORM querylayer.page_limit(p_limit, 200);
+    v_after := querylayer.page_after('desk_content'::text, p_cursor);
+    RETURN querylayer.page('desk_content'::text, 'items'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(i.updated_at), 'id', i.id,
+                                            'item', querylayer.content_json(i)) ORDER BY i.updated_at DESC, i.id DESC)
+          FROM (SELECT * FROM querylayer.content_items c
+                 WHERE c.site_id = querylayer.ctx_site_id()
+                   AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
+                   AND (v_after.after_id IS NULL
+                        OR (c.updated_at, c.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY c.updated_at DESC, c.id DESC LIMIT p_limit + 1) i))
+        || jsonb_build_object(
+        'counts', (SELECT jsonb_build_object(
+                       'draft', count(*) FILTER (WHERE archived_at IS NULL AND published_revision_id IS NULL),
+                       'published', count(*) FILTER (WHERE archived_at IS NULL AND published_revision_id IS NOT NULL),
+                       'archived', count(*) FILTER (WHERE archived_at IS NOT NULL))
+                     FROM querylayer.content_items WHERE site_id = querylayer.ctx_site_id()));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_list_content(text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_content(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_content(text,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_content(text,integer,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.console_list_conversations(p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
@@ -5477,6 +5996,22 @@ REVOKE ALL ON FUNCTION querylayer_api.console_list_conversations(integer,text) F
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_conversations(integer,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_conversations(integer,text) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_delivery()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    RETURN querylayer.delivery_tokens_json();
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_list_delivery() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_delivery() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_delivery() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_delivery() TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.console_list_evidence_reviews(p_state text DEFAULT 'open'::text, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5511,6 +6046,70 @@ REVOKE ALL ON FUNCTION querylayer_api.console_list_evidence_reviews(text,integer
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_evidence_reviews(text,integer,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_evidence_reviews(text,integer,text) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_member_sessions(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after record;
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('member_sessions'::text, p_cursor);
+    RETURN querylayer.page('member_sessions'::text, 'sessions'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(s.created_at), 'id', s.id, 'item', jsonb_build_object(
+                'session_id', s.id, 'member', m.handle, 'prefix', s.prefix, 'created_at', s.created_at,
+                'expires_at', s.expires_at, 'current', s.id IS NOT DISTINCT FROM querylayer.ctx_member_session_id()))
+                ORDER BY s.created_at DESC, s.id DESC)
+          FROM (SELECT * FROM querylayer.member_sessions x
+                 WHERE x.site_id = querylayer.ctx_site_id() AND x.revoked_at IS NULL AND x.expires_at > now()
+                   AND (x.member_id = querylayer.ctx_member_id() OR querylayer.ctx_member_role() IN ('owner', 'admin'))
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at DESC, x.id DESC LIMIT p_limit + 1) s
+          JOIN querylayer.members m ON m.id = s.member_id));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_list_member_sessions(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_member_sessions(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_member_sessions(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_member_sessions(integer,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_members(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after record;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('members'::text, p_cursor);
+    RETURN querylayer.page('members'::text, 'members'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', x.handle, 'id', x.id, 'item', jsonb_build_object(
+                'member', x.handle, 'display_name', x.display_name, 'role', x.role, 'granted_at', x.granted_at,
+                'has_password', EXISTS (SELECT 1 FROM querylayer.member_passwords p
+                                         WHERE p.site_id = x.site_id AND p.member_id = x.id),
+                'open_invitations', (SELECT count(*) FROM querylayer.member_invitations i
+                                      WHERE i.site_id = x.site_id AND i.member_id = x.id AND i.used_at IS NULL
+                                        AND i.revoked_at IS NULL AND i.expires_at > now())))
+                ORDER BY x.handle, x.id)
+          FROM (SELECT m.id, m.handle, m.display_name, sm.role, sm.granted_at, sm.site_id
+                  FROM querylayer.site_members sm JOIN querylayer.members m ON m.id = sm.member_id
+                 WHERE sm.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL OR (m.handle, m.id) > (v_after.after_key, v_after.after_id))
+                 ORDER BY m.handle, m.id LIMIT p_limit + 1) x));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_list_members(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_members(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_members(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_members(integer,text) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.console_list_proposals(p_state text DEFAULT 'pending'::text, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5526,6 +6125,45 @@ ALTER FUNCTION querylayer_api.console_list_proposals(text,integer,text) OWNER TO
 REVOKE ALL ON FUNCTION querylayer_api.console_list_proposals(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals(text,integer,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals(text,integer,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_runs(p_outcome text DEFAULT NULL::text, p_agent text DEFAULT NULL::text, p_since timestamp with time zone DEFAULT NULL::timestamp with time zone, p_until timestamp with time zone DEFAULT NULL::timestamp with time zone, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after record;
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    IF p_outcome IS NOT NULL AND p_outcome NOT IN ('open', 'completed', 'completed_with_warnings', 'needs_human_input',
+                                                    'blocked', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'outcome must be open, completed, completed_with_warnings, needs_human_input, blocked, failed or cancelled; got %',
+            quote_literal(p_outcome) USING ERRCODE = '22023';
+    END IF;
+    PERFORM querylayer.page_limit(p_limit, 200);
+    v_after := querylayer.page_after('desk_runs'::text, p_cursor);
+    RETURN querylayer.page('desk_runs'::text, 'runs'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key((r.run).started_at), 'id', (r.run).id,
+                                            'item', querylayer.run_json(r.run) || jsonb_build_object('agent', r.agent))
+                         ORDER BY (r.run).started_at DESC, (r.run).id DESC)
+          FROM (SELECT x AS run, a.handle AS agent
+                  FROM querylayer.runs x JOIN querylayer.agents a ON a.id = x.agent_id
+                  LEFT JOIN querylayer.run_events f ON f.run_id = x.id AND f.kind = 'finished'
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (p_agent IS NULL OR a.handle = p_agent)
+                   AND (p_since IS NULL OR x.started_at >= p_since)
+                   AND (p_until IS NULL OR x.started_at < p_until)
+                   AND (p_outcome IS NULL OR (p_outcome = 'open' AND f.id IS NULL) OR f.outcome = p_outcome)
+                   AND (v_after.after_id IS NULL
+                        OR (x.started_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.started_at DESC, x.id DESC LIMIT p_limit + 1) r));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_list_runs(text,text,timestamp with time zone,timestamp with time zone,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_runs(text,text,timestamp with time zone,timestamp with time zone,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_runs(text,text,timestamp with time zone,timestamp with time zone,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_runs(text,text,timestamp with time zone,timestamp with time zone,integer,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.console_list_turns(p_conversation_id uuid, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
@@ -5706,6 +6344,37 @@ REVOKE ALL ON FUNCTION querylayer_api.console_report_form_screening(jsonb) FROM 
 GRANT EXECUTE ON FUNCTION querylayer_api.console_report_form_screening(jsonb) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_report_form_screening(jsonb) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.console_revoke_agent_scopes(p_agent text, p_scopes text[])
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_agent  querylayer.agents;
+    v_scopes text[];
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
+    v_scopes := querylayer.normalize_scopes(p_scopes);
+    DELETE FROM querylayer.agent_site_permissions
+     WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id AND scope = ANY (v_scopes);
+    -- A connection acting with a withdrawn scope right now stops: its sessions end.
+    PERFORM querylayer.end_credential_sessions(c.id)
+       FROM querylayer.connections c
+      WHERE c.site_id = querylayer.ctx_site_id() AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
+        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
+    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
+    RETURN jsonb_build_object('agent', v_agent.handle,
+        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
+                    WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_revoke_agent_scopes(text,text[]) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_revoke_agent_scopes(text,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_agent_scopes(text,text[]) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_agent_scopes(text,text[]) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.console_revoke_connection(p_connection_id uuid, p_reason text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5721,6 +6390,79 @@ ALTER FUNCTION querylayer_api.console_revoke_connection(uuid,text) OWNER TO quer
 REVOKE ALL ON FUNCTION querylayer_api.console_revoke_connection(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_connection(uuid,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_connection(uuid,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_revoke_delivery_token(p_token_id uuid, p_reason text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    RETURN querylayer.revoke_credential('querylayer.delivery_tokens'::regclass, p_token_id, p_reason);
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_revoke_delivery_token(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_revoke_delivery_token(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_delivery_token(uuid,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_delivery_token(uuid,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_revoke_member_session(p_session_id uuid, p_reason text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v querylayer.member_sessions;
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    SELECT * INTO v FROM querylayer.member_sessions WHERE id = p_session_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session_id: no member session % on this site', p_session_id USING ERRCODE = 'QL404';
+    END IF;
+    IF v.member_id <> querylayer.ctx_member_id() THEN
+        PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    END IF;
+    RETURN querylayer.revoke_credential('querylayer.member_sessions'::regclass, p_session_id, coalesce(p_reason, 'revoked'));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_revoke_member_session(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_revoke_member_session(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_member_session(uuid,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_member_session(uuid,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_set_delivery_public(p_public boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner']::text[]);
+    RETURN querylayer.set_delivery_public(querylayer.ctx_site_id(), p_public, 'member:' || querylayer.ctx_member_id());
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_set_delivery_public(boolean) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_set_delivery_public(boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_set_delivery_public(boolean) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_set_delivery_public(boolean) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_verify_ledger()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    RETURN querylayer.verify_ledger_site(querylayer.ctx_site_id()) || jsonb_build_object('verified_at', clock_timestamp());
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_verify_ledger() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_verify_ledger() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_verify_ledger() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_verify_ledger() TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.create_agent(p_organization text, p_handle text, p_kind text DEFAULT 'generic'::text, p_profile_id text DEFAULT NULL::text, p_profile_name text DEFAULT NULL::text, p_principal text DEFAULT NULL::text)
  RETURNS jsonb
@@ -5766,40 +6508,6 @@ ALTER FUNCTION querylayer_api.create_agent(text,text,text,text,text,text) OWNER 
 REVOKE ALL ON FUNCTION querylayer_api.create_agent(text,text,text,text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.create_agent(text,text,text,text,text,text) TO querylayer_admin;
 
-CREATE OR REPLACE FUNCTION querylayer_api.create_checkpoints(p_site text DEFAULT NULL::text)
- RETURNS jsonb
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    s       querylayer.sites;
-    v_last  bigint;
-    v       querylayer.ledger_checkpoints;
-    v_out   jsonb := '[]';
-BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    IF p_site IS NOT NULL THEN
-        PERFORM querylayer.site_by_slug(p_site);
-    END IF;
-    FOR s IN SELECT * FROM querylayer.sites WHERE p_site IS NULL OR slug = p_site ORDER BY slug LOOP
-        PERFORM querylayer.enter_operator(s.id);
-        SELECT max(seq) INTO v_last FROM querylayer.ledger_checkpoints WHERE site_id = s.id;
-        v := querylayer.make_checkpoint(s.id);
-        IF v.seq IS DISTINCT FROM v_last THEN
-            PERFORM querylayer.audit('ledger.checkpoint'::text, s.id::text, jsonb_build_object('seq', v.seq));
-        END IF;
-        v_out := v_out || jsonb_build_object('site', s.slug, 'site_id', s.id, 'created', v.seq IS DISTINCT FROM v_last,
-                                             'checkpoint', CASE WHEN v.seq IS NOT NULL THEN querylayer.checkpoint_json(v) END);
-    END LOOP;
-    RETURN v_out;
-END
-$function$;
-ALTER FUNCTION querylayer_api.create_checkpoints(text) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.create_checkpoints(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.create_checkpoints(text) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.create_checkpoints(text) TO querylayer_worker;
-
 CREATE OR REPLACE FUNCTION querylayer_api.create_connection(p_site text, p_agent text, p_name text, p_scopes text[], p_expires_at timestamp with time zone, p_harness text DEFAULT 'generic'::text, p_did text DEFAULT NULL::text, p_secret boolean DEFAULT true, p_did_proof jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5821,6 +6529,25 @@ $function$;
 ALTER FUNCTION querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean,jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.create_connection(text,text,text,text[],timestamp with time zone,text,text,boolean,jsonb) TO querylayer_admin;
+
+CREATE OR REPLACE FUNCTION querylayer_api.create_delivery_token(p_site text, p_name text, p_expires_at timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN querylayer.issue_delivery_token(v_site.id, p_name, p_expires_at, 'operator:' || querylayer.outer_user());
+END
+$function$;
+ALTER FUNCTION querylayer_api.create_delivery_token(text,text,timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.create_delivery_token(text,text,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.create_delivery_token(text,text,timestamp with time zone) TO querylayer_admin;
 
 CREATE OR REPLACE FUNCTION querylayer_api.create_did_challenge(p_site text, p_did text)
  RETURNS jsonb
@@ -6219,6 +6946,77 @@ REVOKE ALL ON FUNCTION querylayer_api.decide_proposal(uuid,text,text) FROM PUBLI
 GRANT EXECUTE ON FUNCTION querylayer_api.decide_proposal(uuid,text,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.decide_proposal(uuid,text,text) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.delivery_item(p_slug text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_item querylayer.content_items;
+    v_rev  querylayer.content_revisions;
+BEGIN
+    PERFORM querylayer.require_delivery();
+    SELECT * INTO v_item FROM querylayer.content_items
+     WHERE site_id = querylayer.ctx_site_id() AND slug = p_slug
+       AND published_revision_id IS NOT NULL AND archived_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'slug: nothing is published at % on this site', coalesce(quote_literal(p_slug), 'NULL')
+            USING ERRCODE = 'QL404';
+    END IF;
+    SELECT * INTO v_rev FROM querylayer.content_revisions WHERE id = v_item.published_revision_id;
+    RETURN querylayer.delivered_json(v_item, v_rev);
+END
+$function$;
+ALTER FUNCTION querylayer_api.delivery_item(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.delivery_item(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.delivery_item(text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.delivery_item(text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.delivery_items(p_limit integer DEFAULT 20, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after text;
+    v_items jsonb;
+BEGIN
+    PERFORM querylayer.require_delivery();
+    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 100 THEN
+        RAISE EXCEPTION 'limit must be between 1 and 100' USING ERRCODE = '22023';
+    END IF;
+    IF p_cursor IS NOT NULL THEN
+        BEGIN
+            v_after := convert_from(decode(translate(p_cursor, '-_', '+/') ||
+                                           repeat('=', (4 - length(p_cursor) % 4) % 4), 'base64'), 'UTF8');
+        EXCEPTION WHEN others THEN
+            RAISE EXCEPTION 'cursor: not a cursor this API returned' USING ERRCODE = '22023';
+        END;
+    END IF;
+    SELECT coalesce(jsonb_agg(querylayer.delivered_json(i, r) ORDER BY i.slug), '[]') INTO v_items
+      FROM (SELECT * FROM querylayer.content_items
+             WHERE site_id = querylayer.ctx_site_id() AND published_revision_id IS NOT NULL AND archived_at IS NULL
+               AND (v_after IS NULL OR slug > v_after)
+             ORDER BY slug LIMIT p_limit) i
+      JOIN querylayer.content_revisions r ON r.id = i.published_revision_id;
+    RETURN jsonb_build_object(
+        'items', v_items,
+        'next_cursor', CASE WHEN jsonb_array_length(v_items) = p_limit
+                            THEN rtrim(translate(encode(convert_to(v_items->-1->>'slug', 'UTF8'), 'base64'), '+/', '-_'), '=') END,
+        'etag', '"' || left(encode(pg_catalog.sha256(pg_catalog.convert_to(
+                    coalesce(p_cursor, '') || '|' || p_limit || '|' ||
+                    coalesce((SELECT string_agg(x->>'etag', ',') FROM jsonb_array_elements(v_items) x), ''), 'UTF8')), 'hex'), 32) || '"',
+        'last_modified', (SELECT max(executed_at) FROM querylayer.proposal_executions
+                           WHERE site_id = querylayer.ctx_site_id() AND status = 'applied'));
+END
+$function$;
+ALTER FUNCTION querylayer_api.delivery_items(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.delivery_items(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.delivery_items(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.delivery_items(integer,text) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.finish_run(p_run_id uuid, p_outcome text, p_summary text DEFAULT NULL::text, p_reasons jsonb DEFAULT '[]'::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -6305,6 +7103,69 @@ REVOKE ALL ON FUNCTION querylayer_api.form_screening_metrics(integer,text) FROM 
 GRANT EXECUTE ON FUNCTION querylayer_api.form_screening_metrics(integer,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.form_screening_metrics(integer,text) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.get_content(p_content_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_item querylayer.content_items;
+BEGIN
+    PERFORM querylayer.require_principal('content:read'::text);
+    SELECT * INTO v_item FROM querylayer.content_items WHERE id = p_content_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'content_id: no content item % on this site', p_content_id USING ERRCODE = 'QL404';
+    END IF;
+    RETURN querylayer.content_json(v_item) || jsonb_build_object(
+        'created_at', v_item.created_at,
+        'draft', querylayer.revision_json(v_item.draft_revision_id),
+        'live', querylayer.revision_json(v_item.published_revision_id),
+        'template_fields', (querylayer.newest_template(v_item.site_id, v_item.template_name)).fields);
+END
+$function$;
+ALTER FUNCTION querylayer_api.get_content(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.get_content(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.get_content(uuid) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.get_content(uuid) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.get_proposal(p_proposal_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_prop querylayer.proposals;
+BEGIN
+    PERFORM querylayer.require_principal('content:read'::text);
+    SELECT * INTO v_prop FROM querylayer.proposals WHERE id = p_proposal_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'proposal_id: no proposal % on this site', p_proposal_id USING ERRCODE = 'QL404';
+    END IF;
+    RETURN querylayer.proposal_json(v_prop.id) || jsonb_build_object(
+        'decider_roles', (SELECT to_jsonb(decider_roles) FROM querylayer.proposal_types WHERE type = v_prop.type),
+        'agent', (SELECT handle FROM querylayer.agents WHERE id = v_prop.agent_id),
+        'member', (SELECT handle FROM querylayer.members WHERE id = v_prop.member_id),
+        'run', (SELECT querylayer.run_json(r) FROM querylayer.runs r WHERE r.id = v_prop.run_id),
+        'details', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'content_id', c.id, 'slug', c.slug, 'state', querylayer.content_state(c), 'action', i.action,
+                        'requested', querylayer.revision_json(i.revision_id),
+                        'live', querylayer.revision_json(c.published_revision_id),
+                        'current_draft_revision_id', c.draft_revision_id,
+                        'problem', querylayer.lifecycle_problem(i, c)) ORDER BY i.ordinal), '[]')
+                      FROM querylayer.proposal_items i JOIN querylayer.content_items c ON c.id = i.content_id
+                     WHERE i.proposal_id = v_prop.id),
+        -- create_content and revision cards name one revision in their payload.
+        'revision', CASE WHEN v_prop.type IN ('create_content', 'revision')
+                         THEN querylayer.revision_json((v_prop.payload->>'revision_id')::uuid) END);
+END
+$function$;
+ALTER FUNCTION querylayer_api.get_proposal(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.get_proposal(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.get_proposal(uuid) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.get_proposal(uuid) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.get_revision(p_revision_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -6312,26 +7173,14 @@ CREATE OR REPLACE FUNCTION querylayer_api.get_revision(p_revision_id uuid)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    r record;
+    v jsonb;
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
-    SELECT v.*, t.name AS template_name, t.version AS template_version, i.draft_revision_id, i.published_revision_id
-      INTO r
-      FROM querylayer.content_revisions v
-      JOIN querylayer.templates t ON t.id = v.template_id
-      JOIN querylayer.content_items i ON i.id = v.content_id
-     WHERE v.id = p_revision_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no revision % on this site', p_revision_id USING ERRCODE = 'QL404';
+    v := querylayer.revision_json(p_revision_id);
+    IF v IS NULL THEN
+        RAISE EXCEPTION 'revision_id: no revision % on this site', p_revision_id USING ERRCODE = 'QL404';
     END IF;
-    RETURN jsonb_build_object(
-        'revision_id', r.id, 'content_id', r.content_id, 'revision_number', r.revision_number,
-        'template', r.template_name, 'template_version', r.template_version, 'fields', r.fields,
-        'author', jsonb_build_object('kind', r.author_kind, 'agent_id', r.agent_id, 'connection_id', r.connection_id,
-                                     'run_id', r.run_id, 'member_id', r.member_id),
-        'created_at', r.created_at, 'is_draft', r.id = r.draft_revision_id,
-        'is_live', r.id IS NOT DISTINCT FROM r.published_revision_id,
-        'record_sha256', encode(r.record_sha256, 'hex'));
+    RETURN v;
 END
 $function$;
 ALTER FUNCTION querylayer_api.get_revision(uuid) OWNER TO querylayer_owner;
@@ -6575,139 +7424,45 @@ ALTER FUNCTION querylayer_api.import_topical_strategy(text,text,jsonb) OWNER TO 
 REVOKE ALL ON FUNCTION querylayer_api.import_topical_strategy(text,text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.import_topical_strategy(text,text,jsonb) TO querylayer_admin;
 
-CREATE OR REPLACE FUNCTION querylayer_api.ledger_checkpoints(p_site text, p_after_seq bigint DEFAULT 0, p_limit integer DEFAULT 1000)
+CREATE OR REPLACE FUNCTION querylayer_api.invitation(fingerprint bytea)
+ RETURNS jsonb
+ LANGUAGE c
+ STRICT SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$invitation_wrapper$function$;
+ALTER FUNCTION querylayer_api.invitation(bytea) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.invitation(bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.invitation(bytea) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.invitation(bytea) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.invite_member(p_site text, p_member text, p_role text DEFAULT NULL::text, p_display_name text DEFAULT NULL::text, p_expires_at timestamp with time zone DEFAULT (now() + '72:00:00'::interval))
  RETURNS jsonb
  LANGUAGE plpgsql
- STABLE SECURITY DEFINER
+ SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_site querylayer.sites;
+    v_site   querylayer.sites;
+    v_member querylayer.members;
 BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
     v_site := querylayer.site_by_slug(p_site);
+    IF NOT EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_site.organization_id AND handle = p_member) THEN
+        PERFORM querylayer_api.create_member((SELECT slug FROM querylayer.organizations WHERE id = v_site.organization_id),
+                                             p_member, p_display_name);
+    END IF;
+    IF p_role IS NOT NULL THEN
+        PERFORM querylayer_api.set_member_role(p_site, p_member, p_role);
+    END IF;
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
     PERFORM querylayer.enter_operator(v_site.id);
-    RETURN (SELECT coalesce(jsonb_agg(querylayer.checkpoint_json(c) ORDER BY c.seq), '[]')
-              FROM (SELECT * FROM querylayer.ledger_checkpoints
-                     WHERE site_id = v_site.id AND seq > coalesce(p_after_seq, 0)
-                     ORDER BY seq LIMIT greatest(1, least(coalesce(p_limit, 1000), 10000))) c);
+    RETURN querylayer.issue_invitation(v_site.id, v_member.id, p_expires_at, 'operator:' || querylayer.outer_user());
 END
 $function$;
-ALTER FUNCTION querylayer_api.ledger_checkpoints(text,bigint,integer) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.ledger_checkpoints(text,bigint,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.ledger_checkpoints(text,bigint,integer) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.ledger_checkpoints(text,bigint,integer) TO querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer_api.ledger_leaves(p_site text, p_after_seq bigint, p_upto_seq bigint)
- RETURNS bytea
- LANGUAGE plpgsql
- STABLE SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    v_site querylayer.sites;
-    v_sql  text;
-    v      bytea;
-BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
-    SELECT 'SELECT coalesce(string_agg(querylayer.ledger_leaf(chain_seq, tbl, ledger_form, content_sha256), ''''::bytea ORDER BY chain_seq), ''''::bytea) FROM ('
-           || string_agg(format('SELECT %L::text AS tbl, chain_seq, ledger_form, content_sha256 FROM %s WHERE site_id = $1 AND chain_seq > $2 AND chain_seq <= $3',
-                                table_name, table_name), ' UNION ALL ') || ') r'
-      INTO v_sql FROM querylayer.ledger_tables;
-    EXECUTE v_sql INTO v USING v_site.id, coalesce(p_after_seq, 0), p_upto_seq;
-    RETURN v;
-END
-$function$;
-ALTER FUNCTION querylayer_api.ledger_leaves(text,bigint,bigint) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.ledger_leaves(text,bigint,bigint) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.ledger_leaves(text,bigint,bigint) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.ledger_leaves(text,bigint,bigint) TO querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer_api.ledger_record(p_id uuid)
- RETURNS jsonb
- LANGUAGE plpgsql
- STABLE SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
- SET "TimeZone" TO 'UTC'
- SET "IntervalStyle" TO 'postgres'
- SET bytea_output TO 'hex'
- SET extra_float_digits TO '1'
-AS $function$
-DECLARE
-    s querylayer.sites;
-    r record;
-BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    FOR s IN SELECT * FROM querylayer.sites ORDER BY slug LOOP
-        PERFORM querylayer.enter_operator(s.id);
-        FOR r IN EXECUTE 'SELECT * FROM (' || replace(querylayer.ledger_records_sql(), 't.chain_seq > $2 AND t.chain_seq <= $3', 't.id = $2')
-                         || ') x' USING s.id, p_id LOOP
-            RETURN jsonb_build_object('site', s.slug, 'site_id', s.id, 'table', r.tbl, 'id', r.id, 'seq', r.chain_seq,
-                                      'form', r.ledger_form, 'canonical', r.canonical);
-        END LOOP;
-    END LOOP;
-    RAISE EXCEPTION 'no chained record %', p_id USING ERRCODE = 'QL404';
-END
-$function$;
-ALTER FUNCTION querylayer_api.ledger_record(uuid) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.ledger_record(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.ledger_record(uuid) TO querylayer_admin;
-
-CREATE OR REPLACE FUNCTION querylayer_api.ledger_records(p_site text, p_upto_seq bigint, p_from timestamp with time zone DEFAULT NULL::timestamp with time zone, p_to timestamp with time zone DEFAULT NULL::timestamp with time zone)
- RETURNS SETOF jsonb
- LANGUAGE plpgsql
- STABLE SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
- SET "TimeZone" TO 'UTC'
- SET "IntervalStyle" TO 'postgres'
- SET bytea_output TO 'hex'
- SET extra_float_digits TO '1'
-AS $function$
-DECLARE
-    v_site querylayer.sites;
-BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
-    RETURN QUERY EXECUTE
-        'SELECT jsonb_build_object(''table'', tbl, ''id'', id, ''seq'', chain_seq, ''form'', ledger_form,
-                                   ''canonical'', canonical, ''recorded_at'', querylayer.utc_text(recorded))
-           FROM (' || querylayer.ledger_records_sql() || ') r
-          WHERE ($4::timestamptz IS NULL OR recorded >= $4) AND ($5::timestamptz IS NULL OR recorded < $5)
-          ORDER BY chain_seq'
-        USING v_site.id, 0::bigint, p_upto_seq, p_from, p_to;
-END
-$function$;
-ALTER FUNCTION querylayer_api.ledger_records(text,bigint,timestamp with time zone,timestamp with time zone) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.ledger_records(text,bigint,timestamp with time zone,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.ledger_records(text,bigint,timestamp with time zone,timestamp with time zone) TO querylayer_admin;
-
-CREATE OR REPLACE FUNCTION querylayer_api.ledger_sites()
- RETURNS jsonb
- LANGUAGE plpgsql
- STABLE SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    s     querylayer.sites;
-    v_out jsonb := '[]';
-BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    FOR s IN SELECT * FROM querylayer.sites ORDER BY slug LOOP
-        PERFORM querylayer.enter_operator(s.id);
-        v_out := v_out || jsonb_build_object('site', s.slug, 'site_id', s.id,
-            'records', (SELECT h.seq FROM querylayer.ledger_heads h WHERE h.site_id = s.id),
-            'checkpoint_seq', (SELECT max(c.seq) FROM querylayer.ledger_checkpoints c WHERE c.site_id = s.id));
-    END LOOP;
-    RETURN v_out;
-END
-$function$;
-ALTER FUNCTION querylayer_api.ledger_sites() OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.ledger_sites() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.ledger_sites() TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.ledger_sites() TO querylayer_worker;
+ALTER FUNCTION querylayer_api.invite_member(text,text,text,text,timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.invite_member(text,text,text,text,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.invite_member(text,text,text,text,timestamp with time zone) TO querylayer_admin;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_audit(p_site text DEFAULT NULL::text, p_limit integer DEFAULT 100)
  RETURNS TABLE(at timestamp with time zone, site text, principal_kind text, agent_id uuid, connection_id uuid, member_id uuid, operator_role text, action text, outcome text, target text, detail jsonb)
@@ -7033,6 +7788,37 @@ ALTER FUNCTION querylayer_api.list_retention_drops(integer) OWNER TO querylayer_
 REVOKE ALL ON FUNCTION querylayer_api.list_retention_drops(integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_retention_drops(integer) TO querylayer_admin;
 
+CREATE OR REPLACE FUNCTION querylayer_api.list_revisions(p_content_id uuid, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_item  querylayer.content_items;
+    v_after record;
+BEGIN
+    PERFORM querylayer.require_principal('content:read'::text);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('revisions'::text, p_cursor);
+    SELECT * INTO v_item FROM querylayer.content_items WHERE id = p_content_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'content_id: no content item % on this site', p_content_id USING ERRCODE = 'QL404';
+    END IF;
+    RETURN jsonb_build_object('content', querylayer.content_json(v_item)) || querylayer.page('revisions'::text, 'revisions'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', r.revision_number::text, 'id', r.id,
+                                            'item', querylayer.revision_summary(r, v_item)) ORDER BY r.revision_number DESC)
+          FROM (SELECT * FROM querylayer.content_revisions
+                 WHERE content_id = p_content_id
+                   AND (v_after.after_id IS NULL OR revision_number < v_after.after_key::integer)
+                 ORDER BY revision_number DESC LIMIT p_limit + 1) r));
+END
+$function$;
+ALTER FUNCTION querylayer_api.list_revisions(uuid,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_revisions(uuid,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_revisions(uuid,integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_revisions(uuid,integer,text) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -7060,6 +7846,34 @@ ALTER FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) O
 REVOKE ALL ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.list_templates(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after record;
+BEGIN
+    PERFORM querylayer.require_principal('content:read'::text);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('templates'::text, p_cursor);
+    RETURN querylayer.page('templates'::text, 'templates'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', t.name, 'id', t.id, 'item', jsonb_build_object(
+                'name', t.name, 'version', t.version, 'fields', t.fields, 'created_at', t.created_at,
+                'versions', (SELECT count(*) FROM querylayer.templates o WHERE o.site_id = t.site_id AND o.name = t.name)))
+                ORDER BY t.name)
+          FROM (SELECT * FROM (SELECT DISTINCT ON (name) * FROM querylayer.templates
+                                WHERE site_id = querylayer.ctx_site_id() ORDER BY name, version DESC) n
+                 WHERE v_after.after_key IS NULL OR n.name > v_after.after_key
+                 ORDER BY n.name LIMIT p_limit + 1) t));
+END
+$function$;
+ALTER FUNCTION querylayer_api.list_templates(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_templates(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_templates(integer,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_templates(integer,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_time_partitions()
  RETURNS TABLE(table_name text, partition_name text, range_from timestamp with time zone, range_to timestamp with time zone, is_default boolean, bytes bigint)
@@ -7481,6 +8295,17 @@ REVOKE ALL ON FUNCTION querylayer_api.record_failed_authentication(bytea,text) F
 GRANT EXECUTE ON FUNCTION querylayer_api.record_failed_authentication(bytea,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.record_failed_authentication(bytea,text) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.record_failed_delivery_authentication(fingerprint bytea, channel text)
+ RETURNS boolean
+ LANGUAGE c
+ STRICT SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$record_failed_delivery_authentication_wrapper$function$;
+ALTER FUNCTION querylayer_api.record_failed_delivery_authentication(bytea,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.record_failed_delivery_authentication(bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.record_failed_delivery_authentication(bytea,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.record_failed_delivery_authentication(bytea,text) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.record_failed_member_authentication(fingerprint bytea, channel text)
  RETURNS boolean
  LANGUAGE c
@@ -7694,6 +8519,38 @@ ALTER FUNCTION querylayer_api.revoke_connection(uuid,text) OWNER TO querylayer_o
 REVOKE ALL ON FUNCTION querylayer_api.revoke_connection(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.revoke_connection(uuid,text) TO querylayer_admin;
 
+CREATE OR REPLACE FUNCTION querylayer_api.revoke_delivery_token(p_token_id uuid, p_reason text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.delivery_tokens'::regclass, p_token_id));
+    RETURN querylayer.revoke_credential('querylayer.delivery_tokens'::regclass, p_token_id, p_reason);
+END
+$function$;
+ALTER FUNCTION querylayer_api.revoke_delivery_token(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.revoke_delivery_token(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.revoke_delivery_token(uuid,text) TO querylayer_admin;
+
+CREATE OR REPLACE FUNCTION querylayer_api.revoke_member_session(p_session_id uuid, p_reason text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.member_sessions'::regclass, p_session_id));
+    RETURN querylayer.revoke_credential('querylayer.member_sessions'::regclass, p_session_id, coalesce(p_reason, 'revoked'));
+END
+$function$;
+ALTER FUNCTION querylayer_api.revoke_member_session(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.revoke_member_session(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.revoke_member_session(uuid,text) TO querylayer_admin;
+
 CREATE OR REPLACE FUNCTION querylayer_api.revoke_member_token(p_token_id uuid, p_reason text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -7868,6 +8725,25 @@ REVOKE ALL ON FUNCTION querylayer_api.server_keys() FROM PUBLIC, querylayer_admi
 GRANT EXECUTE ON FUNCTION querylayer_api.server_keys() TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.server_keys() TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.set_delivery_public(p_site text, p_public boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN querylayer.set_delivery_public(v_site.id, p_public, 'operator:' || querylayer.outer_user());
+END
+$function$;
+ALTER FUNCTION querylayer_api.set_delivery_public(text,boolean) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.set_delivery_public(text,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.set_delivery_public(text,boolean) TO querylayer_admin;
+
 CREATE OR REPLACE FUNCTION querylayer_api.set_member_role(p_site text, p_member text, p_role text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -7895,9 +8771,7 @@ BEGIN
     END IF;
     IF v_old IS DISTINCT FROM p_role THEN
         -- A member acting with the old role right now stops: their tokens' sessions end.
-        PERFORM querylayer.end_credential_sessions(t.id)
-           FROM querylayer.member_tokens t
-          WHERE t.site_id = v_site.id AND t.member_id = v_member.id AND t.revoked_at IS NULL AND t.expires_at > clock_timestamp();
+        PERFORM querylayer.end_member_credentials(v_site.id, v_member.id);
     END IF;
     PERFORM querylayer.audit('member.role'::text, v_member.id::text, jsonb_build_object('role', p_role));
     RETURN jsonb_build_object('site', v_site.slug, 'member', v_member.handle, 'role', p_role);
@@ -7979,6 +8853,38 @@ ALTER FUNCTION querylayer_api.set_setting(text,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.set_setting(text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.set_setting(text,text) TO querylayer_admin;
 
+CREATE OR REPLACE FUNCTION querylayer_api.sign_in(site text, handle text, password text)
+ RETURNS jsonb
+ LANGUAGE c
+ STRICT SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$sign_in_wrapper$function$;
+ALTER FUNCTION querylayer_api.sign_in(text,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.sign_in(text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.sign_in(text,text,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.sign_in(text,text,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.sign_out()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    IF querylayer.ctx_member_session_id() IS NULL THEN
+        RAISE EXCEPTION 'sign_out ends a dashboard session; this request carries a member token' USING ERRCODE = 'QL422',
+            HINT = 'member tokens are revoked by an operator (querylayer admin revoke-member-token)';
+    END IF;
+    PERFORM querylayer.revoke_credential('querylayer.member_sessions'::regclass, querylayer.ctx_member_session_id(), 'signed out'::text);
+    RETURN jsonb_build_object('session_id', querylayer.ctx_member_session_id(), 'ended', true);
+END
+$function$;
+ALTER FUNCTION querylayer_api.sign_out() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.sign_out() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.sign_out() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.sign_out() TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.site_context()
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -8005,7 +8911,9 @@ BEGIN
                                     'profile_name', r.profile_name),
         'connection', jsonb_build_object('name', r.connection, 'prefix', r.prefix, 'expires_at', r.expires_at,
                                          'harness', r.harness),
-        'scopes', to_jsonb(querylayer.ctx_scopes()));
+        'scopes', to_jsonb(querylayer.ctx_scopes()),
+        -- What a draft may follow (querylayer_list_templates gives their fields).
+        'templates', to_jsonb(querylayer.template_names(querylayer.ctx_site_id())));
 END
 $function$;
 ALTER FUNCTION querylayer_api.site_context() OWNER TO querylayer_owner;
@@ -8095,6 +9003,9 @@ BEGIN
             v_response := jsonb_set(v_response, '{secret}', 'null');
         END IF;
         IF v_response ? 'token' THEN
+            IF v_response ? 'path' AND strpos(v_response->>'path', v_response->>'token') > 0 THEN
+                v_response := jsonb_set(v_response, '{path}', 'null');
+            END IF;
             v_response := jsonb_set(v_response, '{token}', 'null');
         END IF;
     END IF;
@@ -8185,27 +9096,6 @@ $function$;
 ALTER FUNCTION querylayer_api.verify_ledger(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.verify_ledger(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.verify_ledger(text) TO querylayer_admin;
-
-CREATE OR REPLACE FUNCTION querylayer_api.verify_live_state(p_site text)
- RETURNS jsonb
- LANGUAGE plpgsql
- STABLE SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    v_site    querylayer.sites;
-    v_problem jsonb;
-BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
-    v_problem := querylayer.live_state_problem(v_site.id);
-    RETURN jsonb_build_object('ok', v_problem IS NULL, 'problem', v_problem);
-END
-$function$;
-ALTER FUNCTION querylayer_api.verify_live_state(text) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.verify_live_state(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.verify_live_state(text) TO querylayer_admin;
 
 CREATE OR REPLACE FUNCTION querylayer_api.worker_claim_evidence_jobs(p_limit integer DEFAULT 20)
  RETURNS jsonb
@@ -8712,35 +9602,114 @@ SELECT querylayer.limit_values('querylayer.agent_sessions'::regclass, true);
 SELECT querylayer.limit_values('querylayer.evidence_reviews'::regclass, true);
 ALTER TABLE querylayer.value_limits OWNER TO querylayer_owner;
 
--- (c) sql/upgrades/0.2.0/19-checkpoints.sql
+-- (c) sql/upgrades/0.2.0/17-dashboard.sql
 
--- 0.2.0: verifiable history (sql/170_checkpoints.sql, docs/ledger.md): the live state's chained
--- events (the signed checkpoints' table is made first, 19-checkpoints.pre.sql). A 0.1.0 database kept its live pointers and
--- topical map without events, so the upgrade appends one baseline event per published or
--- archived item, topic and topic page to each site's chain: from here on, the live state is the
--- replay of its events. (The chain only grows: every record 0.1.0 wrote keeps its hash.)
+-- Issue 17: dashboard sessions, passwords and invitations (sql/175_dashboard.sql), and the new
+-- credential kinds they and delivery tokens are found by (sql/040_credentials.sql). The guard
+-- triggers and the extra sign-in lookup policy are re-applied from the fresh install.
 
-CREATE TABLE querylayer.state_events (
-    id          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    site_id     uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
-    -- content_item (its id), topic (its id), topic_page ('<topic_id>/<content_id>').
-    subject     text NOT NULL CHECK (subject IN ('content_item', 'topic', 'topic_page')),
-    subject_id  text NOT NULL,
-    -- The subject's state after the change (querylayer.live_state); NULL when it is gone.
-    state       jsonb,
-    -- decision: an approved decision executing (decision_id); operator: an operator function
-    -- (actor); baseline: the state an upgrade found, before events were kept.
-    cause       text NOT NULL CHECK (cause IN ('decision', 'operator', 'baseline')),
-    decision_id uuid REFERENCES querylayer.proposal_decisions ON DELETE RESTRICT,
-    actor       text,
-    recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    CHECK ((cause = 'decision') = (decision_id IS NOT NULL))
+ALTER TABLE querylayer.credentials DROP CONSTRAINT credentials_kind_check;
+ALTER TABLE querylayer.credentials ADD CONSTRAINT credentials_kind_check
+    CHECK (kind IN ('connection', 'member_token', 'member_session', 'invitation', 'delivery_token'));
+
+CREATE TABLE querylayer.member_invitations (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT,
+    member_id       uuid NOT NULL REFERENCES querylayer.members ON DELETE RESTRICT,
+    prefix          text NOT NULL,
+    expires_at      timestamptz NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    created_by      text NOT NULL,
+    used_at         timestamptz,
+    revoked_at      timestamptz,
+    revoked_reason  text,
+    CHECK (expires_at > created_at)
 );
-SELECT querylayer.isolate_by_site('querylayer.state_events'::regclass);
-SELECT querylayer.make_chained('querylayer.state_events'::regclass);
-CREATE INDEX state_events_subject ON querylayer.state_events (site_id, subject, subject_id, chain_seq);
+SELECT querylayer.isolate_by_site('querylayer.member_invitations'::regclass);
+CREATE INDEX member_invitations_member ON querylayer.member_invitations (site_id, member_id);
 
-SELECT querylayer.record_state_baseline('upgrade to 0.2.0'::text);
+CREATE TABLE querylayer.member_passwords (
+    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT,
+    member_id       uuid NOT NULL REFERENCES querylayer.members ON DELETE RESTRICT,
+    lookup_sha256   bytea NOT NULL UNIQUE CHECK (length(lookup_sha256) = 32),
+    password_hash   text NOT NULL CHECK (password_hash LIKE '$argon2id$%'),
+    set_at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    invitation_id   uuid NOT NULL REFERENCES querylayer.member_invitations ON DELETE RESTRICT,
+    PRIMARY KEY (site_id, member_id)
+);
+SELECT querylayer.isolate_by_site('querylayer.member_passwords'::regclass);
+
+CREATE TABLE querylayer.sign_in_attempts (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    site_id   uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    member_id uuid NOT NULL REFERENCES querylayer.members ON DELETE RESTRICT,
+    at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    succeeded boolean NOT NULL
+);
+SELECT querylayer.isolate_by_site('querylayer.sign_in_attempts'::regclass);
+CREATE INDEX sign_in_attempts_member ON querylayer.sign_in_attempts (site_id, member_id, at);
+
+CREATE TABLE querylayer.member_sessions (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT,
+    member_id       uuid NOT NULL REFERENCES querylayer.members ON DELETE RESTRICT,
+    prefix          text NOT NULL,
+    expires_at      timestamptz NOT NULL,
+    revoked_at      timestamptz,
+    revoked_reason  text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    created_by      text NOT NULL,
+    CHECK (expires_at > created_at)
+);
+SELECT querylayer.isolate_by_site('querylayer.member_sessions'::regclass);
+CREATE INDEX member_sessions_member ON querylayer.member_sessions (site_id, member_id);
+
+-- The dashboard's content list pages through a site's items by their last change.
+CREATE INDEX content_items_site_updated ON querylayer.content_items (site_id, updated_at DESC, id DESC);
+
+-- The size limit of what members write into sessions (the trigger comes from the fresh install).
+INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
+    ('member_sessions', 'revoked_reason', 'reason', 1000);
+
+-- (c) sql/upgrades/0.2.0/17-delivery.sql
+
+-- Issue 17: the delivery API's tokens and per-site settings (sql/180_delivery.sql), and the index
+-- that dates a site's last live-set change. Guard triggers and the public lookup policy are
+-- re-applied from the fresh install.
+
+CREATE TABLE querylayer.delivery_tokens (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT,
+    name            text NOT NULL CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9 ._:@-]{0,79}$'),
+    prefix          text NOT NULL,
+    expires_at      timestamptz NOT NULL,
+    revoked_at      timestamptz,
+    revoked_reason  text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    created_by      text NOT NULL,
+    CHECK (expires_at > created_at)
+);
+SELECT querylayer.isolate_by_site('querylayer.delivery_tokens'::regclass);
+
+CREATE TABLE querylayer.delivery_settings (
+    site_id         uuid PRIMARY KEY REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT,
+    site_sha256     bytea NOT NULL UNIQUE CHECK (length(site_sha256) = 32),
+    public          boolean NOT NULL DEFAULT false,
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    updated_by      text NOT NULL
+);
+SELECT querylayer.isolate_by_site('querylayer.delivery_settings'::regclass);
+
+CREATE INDEX proposal_executions_site_executed ON querylayer.proposal_executions (site_id, executed_at);
+
+-- The size limit of what members write into delivery tokens (the trigger comes from the fresh install).
+INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
+    ('delivery_tokens', 'revoked_reason', 'reason', 1000);
 
 -- (c) sql/upgrades/0.2.0/22-one-session-one-conversation.sql
 
@@ -8910,6 +9879,16 @@ ALTER TABLE querylayer.credentials ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.credentials FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.credentials FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+ALTER TABLE querylayer.delivery_settings OWNER TO querylayer_owner;
+ALTER TABLE querylayer.delivery_settings ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.delivery_settings FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.delivery_settings FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.delivery_tokens OWNER TO querylayer_owner;
+ALTER TABLE querylayer.delivery_tokens ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.delivery_tokens FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.delivery_tokens FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.did_bindings OWNER TO querylayer_owner;
 ALTER TABLE querylayer.did_bindings ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.did_bindings FORCE ROW LEVEL SECURITY;
@@ -8968,11 +9947,6 @@ ALTER TABLE querylayer.idempotency_keys ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.idempotency_keys FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.idempotency_keys FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-ALTER TABLE querylayer.ledger_checkpoints OWNER TO querylayer_owner;
-ALTER TABLE querylayer.ledger_checkpoints ENABLE ROW LEVEL SECURITY;
-ALTER TABLE querylayer.ledger_checkpoints FORCE ROW LEVEL SECURITY;
-REVOKE ALL ON TABLE querylayer.ledger_checkpoints FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
 ALTER TABLE querylayer.ledger_forms OWNER TO querylayer_owner;
 ALTER TABLE querylayer.ledger_forms DISABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.ledger_forms NO FORCE ROW LEVEL SECURITY;
@@ -8992,6 +9966,21 @@ ALTER TABLE querylayer.lineage_events OWNER TO querylayer_owner;
 ALTER TABLE querylayer.lineage_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.lineage_events FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.lineage_events FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.member_invitations OWNER TO querylayer_owner;
+ALTER TABLE querylayer.member_invitations ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.member_invitations FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.member_invitations FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.member_passwords OWNER TO querylayer_owner;
+ALTER TABLE querylayer.member_passwords ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.member_passwords FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.member_passwords FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.member_sessions OWNER TO querylayer_owner;
+ALTER TABLE querylayer.member_sessions ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.member_sessions FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.member_sessions FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.member_tokens OWNER TO querylayer_owner;
 ALTER TABLE querylayer.member_tokens ENABLE ROW LEVEL SECURITY;
@@ -9093,6 +10082,13 @@ ALTER TABLE querylayer.settings DISABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.settings NO FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.settings FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+ALTER TABLE querylayer.sign_in_attempts OWNER TO querylayer_owner;
+ALTER TABLE querylayer.sign_in_attempts ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.sign_in_attempts FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.sign_in_attempts FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+REVOKE ALL ON SEQUENCE querylayer.sign_in_attempts_id_seq FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.site_members OWNER TO querylayer_owner;
 ALTER TABLE querylayer.site_members ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.site_members FORCE ROW LEVEL SECURITY;
@@ -9102,11 +10098,6 @@ ALTER TABLE querylayer.sites OWNER TO querylayer_owner;
 ALTER TABLE querylayer.sites ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.sites FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.sites FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-ALTER TABLE querylayer.state_events OWNER TO querylayer_owner;
-ALTER TABLE querylayer.state_events ENABLE ROW LEVEL SECURITY;
-ALTER TABLE querylayer.state_events FORCE ROW LEVEL SECURITY;
-REVOKE ALL ON TABLE querylayer.state_events FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.strategy_import_batches OWNER TO querylayer_owner;
 ALTER TABLE querylayer.strategy_import_batches ENABLE ROW LEVEL SECURITY;
@@ -9270,9 +10261,6 @@ ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_guard;
 CREATE OR REPLACE TRIGGER content_items_no_truncate BEFORE TRUNCATE ON querylayer.content_items FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_no_truncate;
 
-CREATE OR REPLACE TRIGGER zz_state_event AFTER UPDATE ON querylayer.content_items FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event();
-ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER zz_state_event;
-
 CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.content_revisions FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
 ALTER TABLE querylayer.content_revisions ENABLE ALWAYS TRIGGER a0_value_limits;
 
@@ -9318,6 +10306,15 @@ ALTER TABLE querylayer.credentials ENABLE ALWAYS TRIGGER append_only_row;
 CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.credentials FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.credentials ENABLE ALWAYS TRIGGER append_only_truncate;
 
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.delivery_tokens FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.delivery_tokens ENABLE ALWAYS TRIGGER a0_value_limits;
+
+CREATE OR REPLACE TRIGGER delivery_tokens_guard BEFORE DELETE OR UPDATE ON querylayer.delivery_tokens FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
+ALTER TABLE querylayer.delivery_tokens ENABLE ALWAYS TRIGGER delivery_tokens_guard;
+
+CREATE OR REPLACE TRIGGER delivery_tokens_no_truncate BEFORE TRUNCATE ON querylayer.delivery_tokens FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.delivery_tokens ENABLE ALWAYS TRIGGER delivery_tokens_no_truncate;
+
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.did_bindings FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.did_bindings ENABLE ALWAYS TRIGGER append_only_row;
 
@@ -9351,12 +10348,6 @@ ALTER TABLE querylayer.form_screening_events ENABLE ALWAYS TRIGGER count_form_sc
 CREATE OR REPLACE TRIGGER form_screening_events_guard BEFORE DELETE OR UPDATE ON querylayer.form_screening_events FOR EACH ROW EXECUTE FUNCTION querylayer.form_screening_events_guard();
 ALTER TABLE querylayer.form_screening_events ENABLE ALWAYS TRIGGER form_screening_events_guard;
 
-CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.ledger_checkpoints FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.ledger_checkpoints ENABLE ALWAYS TRIGGER append_only_row;
-
-CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.ledger_checkpoints FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.ledger_checkpoints ENABLE ALWAYS TRIGGER append_only_truncate;
-
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.ledger_forms FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.ledger_forms ENABLE ALWAYS TRIGGER append_only_row;
 
@@ -9371,6 +10362,21 @@ ALTER TABLE querylayer.lineage_events ENABLE ALWAYS TRIGGER append_only_truncate
 
 CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.lineage_events FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
 ALTER TABLE querylayer.lineage_events ENABLE ALWAYS TRIGGER zz_chain;
+
+CREATE OR REPLACE TRIGGER member_invitations_guard BEFORE DELETE OR UPDATE ON querylayer.member_invitations FOR EACH ROW EXECUTE FUNCTION querylayer.member_invitations_guard();
+ALTER TABLE querylayer.member_invitations ENABLE ALWAYS TRIGGER member_invitations_guard;
+
+CREATE OR REPLACE TRIGGER member_invitations_no_truncate BEFORE TRUNCATE ON querylayer.member_invitations FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.member_invitations ENABLE ALWAYS TRIGGER member_invitations_no_truncate;
+
+CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.member_sessions FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
+ALTER TABLE querylayer.member_sessions ENABLE ALWAYS TRIGGER a0_value_limits;
+
+CREATE OR REPLACE TRIGGER member_sessions_guard BEFORE DELETE OR UPDATE ON querylayer.member_sessions FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
+ALTER TABLE querylayer.member_sessions ENABLE ALWAYS TRIGGER member_sessions_guard;
+
+CREATE OR REPLACE TRIGGER member_sessions_no_truncate BEFORE TRUNCATE ON querylayer.member_sessions FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.member_sessions ENABLE ALWAYS TRIGGER member_sessions_no_truncate;
 
 CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT OR UPDATE ON querylayer.member_tokens FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
 ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER a0_value_limits;
@@ -9522,15 +10528,6 @@ ALTER TABLE querylayer.server_keys ENABLE REPLICA TRIGGER restore_over_generated
 CREATE OR REPLACE TRIGGER restore_over_seed BEFORE INSERT ON querylayer.settings FOR EACH ROW EXECUTE FUNCTION querylayer.restore_setting();
 ALTER TABLE querylayer.settings ENABLE REPLICA TRIGGER restore_over_seed;
 
-CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.state_events FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.state_events ENABLE ALWAYS TRIGGER append_only_row;
-
-CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.state_events FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.state_events ENABLE ALWAYS TRIGGER append_only_truncate;
-
-CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.state_events FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
-ALTER TABLE querylayer.state_events ENABLE ALWAYS TRIGGER zz_chain;
-
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.strategy_import_batches FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.strategy_import_batches ENABLE ALWAYS TRIGGER append_only_row;
 
@@ -9570,17 +10567,11 @@ ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER topic_pages_no_truncate
 CREATE OR REPLACE TRIGGER topical_map_guard BEFORE INSERT OR DELETE OR UPDATE ON querylayer.topic_pages FOR EACH ROW EXECUTE FUNCTION querylayer.topical_map_guard();
 ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER topical_map_guard;
 
-CREATE OR REPLACE TRIGGER zz_state_event AFTER INSERT OR DELETE OR UPDATE ON querylayer.topic_pages FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event();
-ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER zz_state_event;
-
 CREATE OR REPLACE TRIGGER topical_map_guard BEFORE INSERT OR DELETE OR UPDATE ON querylayer.topics FOR EACH ROW EXECUTE FUNCTION querylayer.topical_map_guard();
 ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER topical_map_guard;
 
 CREATE OR REPLACE TRIGGER topics_no_truncate BEFORE TRUNCATE ON querylayer.topics FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER topics_no_truncate;
-
-CREATE OR REPLACE TRIGGER zz_state_event AFTER INSERT OR DELETE OR UPDATE ON querylayer.topics FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event();
-ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER zz_state_event;
 
 DROP EVENT TRIGGER IF EXISTS querylayer_refuse_owner_ddl;
 CREATE EVENT TRIGGER querylayer_refuse_owner_ddl ON ddl_command_start EXECUTE FUNCTION querylayer.refuse_owner_ddl();
@@ -9649,6 +10640,15 @@ CREATE POLICY credential_issue ON querylayer.credentials AS PERMISSIVE FOR INSER
 DROP POLICY IF EXISTS credential_lookup ON querylayer.credentials;
 CREATE POLICY credential_lookup ON querylayer.credentials AS PERMISSIVE FOR SELECT TO PUBLIC USING ((fingerprint = querylayer.ctx_presented_fingerprint()));
 
+DROP POLICY IF EXISTS public_site_lookup ON querylayer.delivery_settings;
+CREATE POLICY public_site_lookup ON querylayer.delivery_settings AS PERMISSIVE FOR SELECT TO PUBLIC USING ((public AND (site_sha256 = querylayer.ctx_presented_fingerprint())));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.delivery_settings;
+CREATE POLICY site_isolation ON querylayer.delivery_settings AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.delivery_tokens;
+CREATE POLICY site_isolation ON querylayer.delivery_tokens AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
 DROP POLICY IF EXISTS did_bind ON querylayer.did_bindings;
 CREATE POLICY did_bind ON querylayer.did_bindings AS PERMISSIVE FOR INSERT TO PUBLIC WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
@@ -9682,14 +10682,23 @@ CREATE POLICY site_isolation ON querylayer.form_screening_events AS PERMISSIVE F
 DROP POLICY IF EXISTS site_isolation ON querylayer.idempotency_keys;
 CREATE POLICY site_isolation ON querylayer.idempotency_keys AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
-DROP POLICY IF EXISTS site_isolation ON querylayer.ledger_checkpoints;
-CREATE POLICY site_isolation ON querylayer.ledger_checkpoints AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
-
 DROP POLICY IF EXISTS site_isolation ON querylayer.ledger_heads;
 CREATE POLICY site_isolation ON querylayer.ledger_heads AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
 DROP POLICY IF EXISTS site_isolation ON querylayer.lineage_events;
 CREATE POLICY site_isolation ON querylayer.lineage_events AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.member_invitations;
+CREATE POLICY site_isolation ON querylayer.member_invitations AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
+DROP POLICY IF EXISTS sign_in_lookup ON querylayer.member_passwords;
+CREATE POLICY sign_in_lookup ON querylayer.member_passwords AS PERMISSIVE FOR SELECT TO PUBLIC USING ((lookup_sha256 = querylayer.ctx_presented_fingerprint()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.member_passwords;
+CREATE POLICY site_isolation ON querylayer.member_passwords AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.member_sessions;
+CREATE POLICY site_isolation ON querylayer.member_sessions AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
 DROP POLICY IF EXISTS site_isolation ON querylayer.member_tokens;
 CREATE POLICY site_isolation ON querylayer.member_tokens AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
@@ -9736,14 +10745,14 @@ CREATE POLICY site_isolation ON querylayer.runs AS PERMISSIVE FOR ALL TO PUBLIC 
 DROP POLICY IF EXISTS site_isolation ON querylayer.semantic_models;
 CREATE POLICY site_isolation ON querylayer.semantic_models AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
+DROP POLICY IF EXISTS site_isolation ON querylayer.sign_in_attempts;
+CREATE POLICY site_isolation ON querylayer.sign_in_attempts AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
 DROP POLICY IF EXISTS site_isolation ON querylayer.site_members;
 CREATE POLICY site_isolation ON querylayer.site_members AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
 DROP POLICY IF EXISTS site_isolation ON querylayer.sites;
 CREATE POLICY site_isolation ON querylayer.sites AS PERMISSIVE FOR ALL TO PUBLIC USING ((querylayer.ctx_is_operator() OR (id = querylayer.ctx_site_id()))) WITH CHECK (querylayer.ctx_is_operator());
-
-DROP POLICY IF EXISTS site_isolation ON querylayer.state_events;
-CREATE POLICY site_isolation ON querylayer.state_events AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
 DROP POLICY IF EXISTS site_isolation ON querylayer.strategy_import_batches;
 CREATE POLICY site_isolation ON querylayer.strategy_import_batches AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
@@ -9808,6 +10817,10 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.content_source_records', 
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.credentials', '');
 
+SELECT pg_catalog.pg_extension_config_dump('querylayer.delivery_settings', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.delivery_tokens', '');
+
 SELECT pg_catalog.pg_extension_config_dump('querylayer.did_bindings', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.did_challenges', '');
@@ -9832,11 +10845,15 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.form_screening_events_id_
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.idempotency_keys', '');
 
-SELECT pg_catalog.pg_extension_config_dump('querylayer.ledger_checkpoints', '');
-
 SELECT pg_catalog.pg_extension_config_dump('querylayer.ledger_heads', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.lineage_events', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.member_invitations', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.member_passwords', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.member_sessions', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.member_tokens', '');
 
@@ -9874,11 +10891,13 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.server_keys', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.settings', '');
 
+SELECT pg_catalog.pg_extension_config_dump('querylayer.sign_in_attempts', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.sign_in_attempts_id_seq', '');
+
 SELECT pg_catalog.pg_extension_config_dump('querylayer.site_members', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.sites', '');
-
-SELECT pg_catalog.pg_extension_config_dump('querylayer.state_events', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.strategy_import_batches', '');
 
@@ -9929,8 +10948,6 @@ SELECT querylayer.ensure_ledger_form('querylayer.runs', 1::smallint, '{agent_id,
 SELECT querylayer.ensure_ledger_form('querylayer.runs', 2::smallint, '{agent_id,completion_conditions,connection_id,extension_version,harness,id,input,organization_id,required_outputs,run_type,site_id,started_at}');
 
 SELECT querylayer.ensure_ledger_form('querylayer.semantic_models', 1::smallint, '{connection_id,document,id,imported_at,imported_by,name,site_id,source_sha256,version}');
-
-SELECT querylayer.ensure_ledger_form('querylayer.state_events', 1::smallint, '{actor,cause,decision_id,id,recorded_at,site_id,state,subject,subject_id}');
 
 DROP FUNCTION IF EXISTS querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean);
 

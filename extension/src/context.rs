@@ -27,6 +27,9 @@ pub enum Kind {
     Operator,
     /// A credential is being resolved: only its own site's rows are visible, nothing is granted.
     Resolving,
+    /// A website reading published content (a delivery token, or a public site): only the
+    /// delivery functions serve it (sql/180_delivery.sql).
+    Delivery,
 }
 
 impl Kind {
@@ -36,6 +39,7 @@ impl Kind {
             Kind::Member => "member",
             Kind::Operator => "operator",
             Kind::Resolving => "resolving",
+            Kind::Delivery => "delivery",
         }
     }
 }
@@ -59,6 +63,8 @@ struct RequestContext {
     /// For a context made by an envelope: the request it was signed for. Only the functions
     /// mapped to that route (querylayer.envelope_routes) may run under it.
     route: Option<Route>,
+    /// The dashboard session a member acts through (none for a member token).
+    member_session_id: Option<Uuid>,
 }
 
 /// The signed request an envelope-derived context is bound to.
@@ -104,7 +110,7 @@ unsafe extern "C-unwind" fn on_subxact_event(
 unsafe extern "C-unwind" fn on_xact_event(event: pg_sys::XactEvent::Type, _arg: *mut std::ffi::c_void) {
     use pg_sys::XactEvent::*;
     if event == XACT_EVENT_PRE_PREPARE
-        && with_context(|c| matches!(c.kind, Kind::Connection | Kind::Member)) == Some(true)
+        && with_context(|c| matches!(c.kind, Kind::Connection | Kind::Member | Kind::Delivery)) == Some(true)
     {
         // A prepared transaction would keep the credential's lock with no backend to end.
         ereport!(
@@ -145,6 +151,53 @@ fn with_context<R>(f: impl FnOnce(&RequestContext) -> R) -> Option<R> {
 
 fn set(ctx: RequestContext) {
     CONTEXT.with(|c| *c.borrow_mut() = Some(ctx));
+}
+
+/// Shows the rows keyed by `key` (a fingerprint, a sign-in lookup, a public site's key) to the
+/// policies that compare against `ctx_presented_fingerprint()`, for the duration of `f` only.
+pub(crate) fn while_presenting<R>(key: &[u8], f: impl FnOnce() -> R) -> R {
+    PRESENTED.with(|p| *p.borrow_mut() = Some(key.to_vec()));
+    let result = f();
+    PRESENTED.with(|p| p.borrow_mut().take());
+    result
+}
+
+/// A resolving context for one site: its rows become visible, nothing is granted.
+pub(crate) fn resolving(site: Uuid, organization: Uuid) {
+    set(RequestContext {
+        kind: Kind::Resolving,
+        lxid: current_lxid(),
+        site_id: Some(site),
+        organization_id: Some(organization),
+        agent_id: None,
+        connection_id: None,
+        member_id: None,
+        member_role: None,
+        scopes: Vec::new(),
+        harness: None,
+        expires_at: None,
+        route: None,
+        member_session_id: None,
+    });
+}
+
+/// A delivery context for one site (a public site read by nobody in particular).
+pub(crate) fn delivering(site: Uuid, organization: Uuid) {
+    set(RequestContext {
+        kind: Kind::Delivery,
+        lxid: current_lxid(),
+        site_id: Some(site),
+        organization_id: Some(organization),
+        agent_id: None,
+        connection_id: None,
+        member_id: None,
+        member_role: None,
+        scopes: Vec::new(),
+        harness: None,
+        expires_at: None,
+        route: None,
+        member_session_id: None,
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -219,6 +272,11 @@ fn ctx_harness() -> Option<String> {
     with_context(|c| c.harness.clone()).flatten()
 }
 
+#[pg_extern(stable, parallel_restricted)]
+fn ctx_member_session_id() -> Option<Uuid> {
+    with_context(|c| c.member_session_id).flatten()
+}
+
 /// True only for an operator context (a `querylayer_admin` member inside an operator function).
 #[pg_extern(stable, parallel_restricted)]
 fn ctx_is_operator() -> bool {
@@ -288,6 +346,7 @@ fn enter_operator(site: Option<Uuid>) {
         harness: None,
         expires_at: None,
         route: None,
+        member_session_id: None,
     });
 }
 
@@ -302,6 +361,12 @@ pub enum Credential {
     Connection,
     MemberToken,
     DidKey,
+    /// A dashboard session cookie (sql/175_dashboard.sql).
+    MemberSession,
+    /// A one-time invitation link's token.
+    Invitation,
+    /// A website's delivery token (sql/180_delivery.sql).
+    DeliveryToken,
 }
 
 impl Credential {
@@ -310,6 +375,9 @@ impl Credential {
             Credential::Connection => "connection",
             Credential::MemberToken => "member_token",
             Credential::DidKey => "did_key",
+            Credential::MemberSession => "member_session",
+            Credential::Invitation => "invitation",
+            Credential::DeliveryToken => "delivery_token",
         }
     }
     fn lookup(self) -> &'static str {
@@ -326,12 +394,27 @@ impl Credential {
                 "SELECT connection_id, site_id, organization_id FROM querylayer.did_bindings
                   WHERE did_sha256 = $1 ORDER BY bound_at DESC LIMIT 1"
             }
+            Credential::MemberSession => {
+                "SELECT subject_id, site_id, organization_id FROM querylayer.credentials
+                  WHERE fingerprint = $1 AND kind = 'member_session'"
+            }
+            Credential::Invitation => {
+                "SELECT subject_id, site_id, organization_id FROM querylayer.credentials
+                  WHERE fingerprint = $1 AND kind = 'invitation'"
+            }
+            Credential::DeliveryToken => {
+                "SELECT subject_id, site_id, organization_id FROM querylayer.credentials
+                  WHERE fingerprint = $1 AND kind = 'delivery_token'"
+            }
         }
     }
     fn resolver(self) -> &'static str {
         match self {
             Credential::Connection | Credential::DidKey => "SELECT querylayer.resolve_connection($1)",
             Credential::MemberToken => "SELECT querylayer.resolve_member_token($1)",
+            Credential::MemberSession => "SELECT querylayer.resolve_member_session($1)",
+            Credential::Invitation => "SELECT querylayer.resolve_invitation($1)",
+            Credential::DeliveryToken => "SELECT querylayer.resolve_delivery_token($1)",
         }
     }
 }
@@ -468,6 +551,7 @@ fn judge(credential: Credential, found: Option<(Uuid, Uuid, Uuid)>, view: View) 
         harness: None,
         expires_at: None,
         route: None,
+        member_session_id: None,
     });
     let arg = subject.into_datum().expect("uuid datum");
     query_one(credential.resolver(), pg_sys::UUIDOID, arg, view, |t, d| column::<JsonB>(t, d, 1))
@@ -544,7 +628,8 @@ pub(crate) fn resolve(credential: Credential, fingerprint: &[u8], hold: bool) ->
 /// the same transaction is refused, except for operators (a DBA in psql may act as several
 /// principals in turn). Replacing an operator context can only narrow what the transaction sees.
 pub(crate) fn refuse_if_established() {
-    let acting = with_context(|c| matches!(c.kind, Kind::Connection | Kind::Member)).unwrap_or(false);
+    let acting =
+        with_context(|c| matches!(c.kind, Kind::Connection | Kind::Member | Kind::Delivery)).unwrap_or(false);
     if acting && !outer_user_is_operator() {
         ereport!(
             ERROR,
@@ -554,7 +639,7 @@ pub(crate) fn refuse_if_established() {
     }
 }
 
-fn authentication_failed(credential: Credential, reason: &str, subject: Option<Uuid>) -> ! {
+pub(crate) fn authentication_failed(credential: Credential, reason: &str, subject: Option<Uuid>) -> ! {
     clear();
     // The server log is for operators; the caller learns nothing beyond the one generic error.
     match subject {
@@ -582,7 +667,9 @@ pub(crate) fn establish(credential: Credential, verdict: Value, route: Option<Ro
     set(RequestContext {
         kind: match credential {
             Credential::Connection | Credential::DidKey => Kind::Connection,
-            Credential::MemberToken => Kind::Member,
+            Credential::MemberToken | Credential::MemberSession => Kind::Member,
+            Credential::DeliveryToken => Kind::Delivery,
+            Credential::Invitation => Kind::Resolving,
         },
         lxid: current_lxid(),
         site_id: uuid_field(&verdict, "site_id"),
@@ -595,6 +682,7 @@ pub(crate) fn establish(credential: Credential, verdict: Value, route: Option<Ro
         harness: verdict.get("harness").and_then(Value::as_str).map(str::to_string),
         expires_at: verdict.get("expires_at").and_then(Value::as_str).and_then(postgres_micros),
         route,
+        member_session_id: uuid_field(&verdict, "session_id"),
     });
     let mut public = verdict;
     if let Some(obj) = public.as_object_mut() {

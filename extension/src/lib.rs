@@ -4,6 +4,7 @@
 use pgrx::prelude::*;
 
 mod context;
+mod delivery;
 mod envelopes;
 mod health;
 mod ledger;
@@ -12,6 +13,7 @@ mod partitions;
 mod retention;
 mod secrets;
 mod semantic;
+mod sessions;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -39,6 +41,7 @@ extension_sql_file!(
         context::ctx_member_id,
         context::ctx_member_role,
         context::ctx_harness,
+        context::ctx_member_session_id,
         context::ctx_presented_fingerprint,
         context::outer_user,
         context::enter_operator,
@@ -94,11 +97,18 @@ extension_sql_file!(
     requires = ["idempotency", retention::sign_statement, retention::statement_signature_valid]
 );
 extension_sql_file!("../../sql/165_health.sql", name = "health", requires = ["retention", health::disk_free]);
+extension_sql_file!("../../sql/170_reading.sql", name = "reading", requires = ["health"]);
 extension_sql_file!(
-    "../../sql/170_checkpoints.sql",
+    "../../sql/175_dashboard.sql",
+    name = "dashboard",
+    requires = ["reading", sessions::session_authenticate]
+);
+extension_sql_file!("../../sql/180_delivery.sql", name = "delivery", requires = ["dashboard"]);
+extension_sql_file!(
+    "../../sql/185_checkpoints.sql",
     name = "checkpoints",
     requires = [
-        "health",
+        "delivery",
         ledger::ledger_leaf,
         ledger::ledger_extend,
         ledger::ledger_tree_root,

@@ -1675,4 +1675,7 @@ mod tests {
         ).unwrap().unwrap();
         assert!(err.contains("semantic_model.datasets[0].source"), "{err}");
     }
+
+    // The reviewer's desk: reading, stale requests, passwords, sessions, delivery.
+    include!("pg_tests_desk.rs");
 }

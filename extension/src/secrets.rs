@@ -10,7 +10,7 @@ const DISPLAY_PREFIX_LEN: usize = 12;
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 /// Unpadded base64url: the secret is pasted into shells and config files, so no `+`, `/` or `=`.
-fn base64url(bytes: &[u8]) -> String {
+pub(crate) fn base64url(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
@@ -27,7 +27,8 @@ fn base64url(bytes: &[u8]) -> String {
 fn new_secret(
     kind: &str,
 ) -> TableIterator<'static, (name!(secret, String), name!(fingerprint, Vec<u8>), name!(prefix, String))> {
-    if !matches!(kind, "qlc" | "qlm") {
+    // qlc connection, qlm member token, qls dashboard session, qli invitation, qld delivery token.
+    if !matches!(kind, "qlc" | "qlm" | "qls" | "qli" | "qld") {
         error!("querylayer: unknown secret kind {kind:?}");
     }
     let mut raw = [0u8; 32];

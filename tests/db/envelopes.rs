@@ -114,6 +114,10 @@ fn an_envelope_for_one_route_runs_nothing_else_in_its_transaction() {
                 AND p.proname NOT IN ('authenticate', 'authenticate_member', 'authenticate_envelope',
                                       'record_failed_authentication', 'record_failed_member_authentication',
                                       'verify_envelope', 'server_keys',
+                                      -- The dashboard's and delivery's own authentications
+                                      -- (strict: NULL arguments prove nothing; checked below).
+                                      'sign_in', 'invitation', 'accept_invitation', 'authenticate_session',
+                                      'authenticate_delivery', 'record_failed_delivery_authentication',
                                       -- No context at all: readiness and the published limits.
                                       'health', 'value_limits')
                 AND NOT EXISTS (SELECT 1 FROM querylayer.envelope_routes r
@@ -148,6 +152,19 @@ fn an_envelope_for_one_route_runs_nothing_else_in_its_transaction() {
             (code == "QL403" && message.contains("envelope signed for")) || code == "QL401",
             "{sql}: {code} {message}"
         );
+        sp.rollback().unwrap();
+    }
+    // Nor can such a transaction authenticate anew, as a member signing in or a website.
+    for sql in [
+        "SELECT querylayer_api.sign_in('demo'::text, 'nobody'::text, 'password'::text)",
+        "SELECT querylayer_api.invitation(sha256('qli_x'::bytea))",
+        "SELECT querylayer_api.accept_invitation(sha256('qli_x'::bytea), 'password'::text)",
+        "SELECT querylayer_api.authenticate_delivery('demo'::text, sha256('qld_x'::bytea))",
+        "SELECT querylayer_api.authenticate_session(sha256('qls_x'::bytea), NULL::text)",
+    ] {
+        let mut sp = tx.transaction().unwrap();
+        let err = sp.query(sql, &[]).expect_err(sql);
+        assert_eq!(sql_error(&err).0, "25000", "{sql}: {err}");
         sp.rollback().unwrap();
     }
 }

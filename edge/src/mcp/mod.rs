@@ -11,6 +11,7 @@ mod editorial;
 mod evidence;
 mod forms;
 mod proposals;
+mod reading;
 mod runs;
 mod semantics;
 mod site;
@@ -51,6 +52,10 @@ use crate::{limits, AppState};
 pub const TOOL_SCOPES: &[(&str, &[&str])] = &[
     ("querylayer_site_context", &["site:read"]),
     ("querylayer_list_content", &["content:read"]),
+    // Reading content (revisions, history, templates).
+    ("querylayer_get_revision", &["content:read"]),
+    ("querylayer_list_revisions", &["content:read"]),
+    ("querylayer_list_templates", &["content:read"]),
     ("querylayer_create_draft", &["content:write"]),
     ("querylayer_begin_run", &["runs:write"]),
     ("querylayer_record_artifact", &["runs:write"]),
@@ -191,6 +196,7 @@ impl QueryLayerMcp {
     fn new(db: Db, stdio_fingerprint: Option<Fingerprint>) -> Self {
         let tools = Self::site_router()
             + Self::content_router()
+            + Self::reading_router()
             + Self::runs_router()
             + Self::proposals_router()
             + Self::console_tasks_router()
@@ -639,8 +645,13 @@ mod tests {
     use super::*;
 
     /// Tools that only read although their name does not say so.
-    const READ_ONLY_BY_NAME: &[&str] =
-        &["search_semantic_model", "resolve_metric", "verify_envelope", "querylayer_form_screening_metrics"];
+    const READ_ONLY_BY_NAME: &[&str] = &[
+        "search_semantic_model",
+        "resolve_metric",
+        "verify_envelope",
+        "querylayer_form_screening_metrics",
+        "querylayer_get_revision",
+    ];
 
     fn scopes(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
@@ -713,6 +724,9 @@ mod tests {
             [
                 "querylayer_site_context",
                 "querylayer_list_content",
+                "querylayer_get_revision",
+                "querylayer_list_revisions",
+                "querylayer_list_templates",
                 "querylayer_list_proposals",
                 "querylayer_list_content_briefs",
                 "querylayer_list_content_source_packages",
@@ -789,6 +803,9 @@ mod tests {
         };
         assert_eq!(required("querylayer_site_context"), Vec::<String>::new());
         assert_eq!(required("querylayer_list_content"), Vec::<String>::new());
+        assert_eq!(required("querylayer_get_revision"), ["revision_id"]);
+        assert_eq!(required("querylayer_list_revisions"), ["content_id"]);
+        assert_eq!(required("querylayer_list_templates"), Vec::<String>::new());
         assert_eq!(required("querylayer_list_proposals"), Vec::<String>::new());
         assert_eq!(required("querylayer_begin_run"), ["run_type"]);
         assert_eq!(required("querylayer_record_artifact"), ["key", "run_id", "value"]);

@@ -54,6 +54,9 @@ pub struct SiteContext {
     pub connection: ConnectionInfo,
     /// The scopes in force now (a connection's scopes narrowed to the agent's current permissions).
     pub scopes: Vec<String>,
+    /// The site's templates, which every draft follows (querylayer_list_templates gives their fields).
+    #[serde(default)]
+    pub templates: Vec<String>,
 }
 
 #[tool_router(router = site_router, vis = "pub(super)")]

@@ -1,4 +1,4 @@
--- 0.2.0: the signed checkpoints of every site's ledger (sql/170_checkpoints.sql, docs/ledger.md).
+-- 0.2.0: the signed checkpoints of every site's ledger (sql/185_checkpoints.sql, docs/ledger.md).
 -- Before the functions, whose signatures name its row type.
 
 CREATE TABLE querylayer.ledger_checkpoints (

@@ -1,4 +1,4 @@
--- 0.2.0: verifiable history (sql/170_checkpoints.sql, docs/ledger.md): the live state's chained
+-- 0.2.0: verifiable history (sql/185_checkpoints.sql, docs/ledger.md): the live state's chained
 -- events (the signed checkpoints' table is made first, 19-checkpoints.pre.sql). A 0.1.0 database kept its live pointers and
 -- topical map without events, so the upgrade appends one baseline event per published or
 -- archived item, topic and topic page to each site's chain: from here on, the live state is the

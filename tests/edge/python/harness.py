@@ -31,7 +31,8 @@ WRITE_TOOLS = {
     "querylayer_create_proposal",
     "querylayer_request_publish_approval",
 }
-READ_TOOLS = {"querylayer_site_context", "querylayer_list_content", "querylayer_list_proposals"}
+READ_TOOLS = {"querylayer_site_context", "querylayer_list_content", "querylayer_list_proposals",
+              "querylayer_get_revision", "querylayer_list_revisions", "querylayer_list_templates"}
 # The Agent Console (all runs:write) and editorial planning.
 CONSOLE_TASK_TOOLS = {
     "querylayer_claim_console_task",

@@ -1,0 +1,203 @@
+//! The delivery API: what a website fetches its published content from, read-only, per site.
+//! `GET /delivery/v1/sites/{site}/content` (a page of live items, by slug) and
+//! `GET /delivery/v1/sites/{site}/content/{slug}` (one live item), with the site's delivery
+//! token (`Authorization: Bearer qld_…`) or none when the site's owner made delivery public. Each
+//! request is one read-only transaction: `authenticate_delivery`, then one delivery function;
+//! the database serves only what is live. Validators (`ETag`, `Last-Modified`) come from the
+//! database; `If-None-Match` and `If-Modified-Since` are answered 304 here.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::auth::{bearer, Fingerprint};
+use crate::bulkhead::Access;
+use crate::db::Call;
+use crate::error::Error;
+use crate::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/delivery/v1/sites/{site}/content", get(list))
+        .route("/delivery/v1/sites/{site}/content/{*slug}", get(item))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Page {
+    /// 1 to 100 (default 20).
+    limit: Option<i32>,
+    /// The previous page's `next_cursor`.
+    cursor: Option<String>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Path(site): Path<String>,
+    headers: HeaderMap,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Response {
+    let call = match page {
+        Ok(Query(p)) => Call::new("delivery_items").opt("p_limit", p.limit).opt("p_cursor", p.cursor),
+        Err(e) => return Error::invalid_argument(e.body_text()).into_response(),
+    };
+    deliver(&state, &site, &headers, call).await
+}
+
+async fn item(
+    State(state): State<AppState>,
+    Path((site, slug)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    deliver(&state, &site, &headers, Call::new("delivery_item").arg("p_slug", slug)).await
+}
+
+/// BEGIN READ ONLY; authenticate_delivery; the call; COMMIT. Then the conditional answer.
+async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) -> Response {
+    let token = bearer(headers).map(Fingerprint::of);
+    // The site's share of the pool, once this edge has served the token (or the public site)
+    // before: a site is never given permits on the word of an unauthenticated request.
+    let known = token.clone().unwrap_or_else(|| Fingerprint::of(&format!("public delivery: {site}")));
+    let result = async {
+        let _permit = match state.sites.site_of(known.as_bytes()) {
+            Some(site) => Some(state.sites.acquire(&site, Access::Read).await?),
+            None => None,
+        };
+        let mut client = state.db.client().await?;
+        let tx = client.build_transaction().read_only(true).start().await?;
+        let auth: Value = tx
+            .query_one(
+                "SELECT querylayer_api.authenticate_delivery($1, $2)",
+                &[&site, &token.as_ref().map(|t| t.as_bytes())],
+            )
+            .await
+            .map_err(|e| Error::from_db(&e))?
+            .get(0);
+        state.sites.remember(known.as_bytes(), auth["site"].as_str().unwrap_or(site));
+        if let Some(id) = auth["delivery_token_id"].as_str().and_then(|s| s.parse::<uuid::Uuid>().ok()) {
+            state.limiter.check(id).map_err(Error::rate_limited)?;
+        }
+        let value = call.run(&tx).await?;
+        tx.commit().await?;
+        Ok::<_, Error>(value)
+    }
+    .await;
+    let mut value = match result {
+        Ok(v) => v,
+        Err(e) if e.status == StatusCode::UNAUTHORIZED => {
+            if let Some(token) = &token {
+                state.db.record_failed_delivery_authentication(token).await;
+            }
+            let mut response = Error::unauthenticated().into_response();
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="querylayer-delivery""#),
+            );
+            return response;
+        }
+        Err(e) => {
+            e.log(call_name(&call));
+            return e.into_response();
+        }
+    };
+    let etag =
+        value.as_object_mut().and_then(|o| o.remove("etag")).and_then(|v| v.as_str().map(str::to_string));
+    let last_modified = value
+        .as_object_mut()
+        .and_then(|o| o.remove("last_modified"))
+        .and_then(|v| v.as_str().and_then(|s| DateTime::parse_from_rfc3339(s).ok()))
+        .map(|t| t.with_timezone(&Utc).trunc_subsecs(0));
+    let mut response = if not_modified(headers, etag.as_deref(), last_modified) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        (StatusCode::OK, Json(value)).into_response()
+    };
+    let h = response.headers_mut();
+    if let Some(etag) = etag.and_then(|e| HeaderValue::from_str(&e).ok()) {
+        h.insert(header::ETAG, etag);
+    }
+    if let Some(t) = last_modified {
+        if let Ok(v) = HeaderValue::from_str(&http_date(t)) {
+            h.insert(header::LAST_MODIFIED, v);
+        }
+    }
+    // Revalidate every time: an unpublished item must disappear at once, from caches too.
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(if token.is_some() { "private, no-cache" } else { "public, no-cache" }),
+    );
+    h.insert(header::VARY, HeaderValue::from_static("Authorization"));
+    response
+}
+
+fn call_name(call: &Call) -> &'static str {
+    call.function()
+}
+
+fn http_date(t: DateTime<Utc>) -> String {
+    t.format("%a, %d %b %Y %H:%M:%S GMT").to_string()
+}
+
+/// RFC 9110: If-None-Match (weak comparison) decides when present; otherwise If-Modified-Since.
+fn not_modified(headers: &HeaderMap, etag: Option<&str>, last_modified: Option<DateTime<Utc>>) -> bool {
+    if let Some(inm) = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) {
+        let Some(etag) = etag else { return false };
+        let ours = etag.trim_start_matches("W/");
+        return inm.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == ours);
+    }
+    if let (Some(ims), Some(lm)) =
+        (headers.get(header::IF_MODIFIED_SINCE).and_then(|v| v.to_str().ok()), last_modified)
+    {
+        if let Ok(since) = DateTime::parse_from_rfc2822(ims) {
+            return lm <= since.with_timezone(&Utc);
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn conditional_requests_follow_rfc_9110() {
+        let lm = DateTime::parse_from_rfc3339("2026-11-30T10:00:00Z").unwrap().with_timezone(&Utc);
+        let etag = Some("\"abc\"");
+        assert!(not_modified(&headers(&[("if-none-match", "\"abc\"")]), etag, Some(lm)));
+        assert!(not_modified(&headers(&[("if-none-match", "W/\"x\", W/\"abc\"")]), etag, Some(lm)));
+        assert!(not_modified(&headers(&[("if-none-match", "*")]), etag, Some(lm)));
+        assert!(!not_modified(&headers(&[("if-none-match", "\"old\"")]), etag, Some(lm)));
+        // If-None-Match wins over If-Modified-Since.
+        assert!(!not_modified(
+            &headers(&[("if-none-match", "\"old\""), ("if-modified-since", "Mon, 30 Nov 2026 11:00:00 GMT")]),
+            etag,
+            Some(lm)
+        ));
+        assert!(not_modified(
+            &headers(&[("if-modified-since", "Mon, 30 Nov 2026 10:00:00 GMT")]),
+            etag,
+            Some(lm)
+        ));
+        assert!(!not_modified(
+            &headers(&[("if-modified-since", "Mon, 30 Nov 2026 09:59:59 GMT")]),
+            etag,
+            Some(lm)
+        ));
+        assert!(!not_modified(&headers(&[]), etag, Some(lm)));
+        assert_eq!(http_date(lm), "Mon, 30 Nov 2026 10:00:00 GMT");
+    }
+}
