@@ -94,6 +94,32 @@ INSERT INTO querylayer.ledger_forms (table_name, form, fields) VALUES
 -- Issue 14: begin_run takes a deadline (p_deadline_seconds); its 0.1.0 signature goes first.
 DROP FUNCTION IF EXISTS querylayer_api.begin_run(text, jsonb, text[], text[]);
 
+-- (a) sql/upgrades/0.2.0/19-checkpoints.pre.sql
+
+-- 0.2.0: the signed checkpoints of every site's ledger (sql/185_checkpoints.sql, docs/ledger.md).
+-- Before the functions, whose signatures name its row type.
+
+CREATE TABLE querylayer.ledger_checkpoints (
+    site_id           uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    seq               bigint NOT NULL CHECK (seq > 0),
+    head_sha256       bytea NOT NULL CHECK (length(head_sha256) = 32),
+    tree_root         bytea NOT NULL CHECK (length(tree_root) = 32),
+    checkpointed_at   timestamptz NOT NULL,
+    prev_sha256       bytea CHECK (length(prev_sha256) = 32),
+    checkpoint_sha256 bytea NOT NULL UNIQUE CHECK (length(checkpoint_sha256) = 32),
+    server_key_id     uuid NOT NULL REFERENCES querylayer.server_keys ON DELETE RESTRICT,
+    signature         text NOT NULL,
+    -- The roots of the tree's perfect subtrees (largest first, 32 bytes each, end to end): the
+    -- next checkpoint extends the tree from here. Not signed; a wrong frontier only makes wrong
+    -- checkpoints, which fail.
+    frontier          bytea NOT NULL CHECK (length(frontier) % 32 = 0),
+    PRIMARY KEY (site_id, seq),
+    -- One successor per checkpoint, one first checkpoint per site.
+    UNIQUE NULLS NOT DISTINCT (site_id, prev_sha256)
+);
+SELECT querylayer.isolate_by_site('querylayer.ledger_checkpoints'::regclass);
+SELECT querylayer.make_append_only('querylayer.ledger_checkpoints'::regclass);
+
 -- (a) sql/upgrades/0.2.0/22-bounded-lists.pre.sql
 
 -- Issue 22: every list takes a limit and an opaque cursor (keyset paging) and answers one page
@@ -1059,6 +1085,23 @@ END
 $function$;
 ALTER FUNCTION querylayer.check_topical_changes(jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.check_topical_changes(jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.checkpoint_json(p querylayer.ledger_checkpoints)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT jsonb_build_object(
+        'format', 'querylayer-checkpoint-v1', 'site_id', p.site_id, 'seq', p.seq,
+        'head_sha256', encode(p.head_sha256, 'hex'), 'tree_root', encode(p.tree_root, 'hex'),
+        'checkpointed_at', querylayer.utc_text(p.checkpointed_at),
+        'prev_checkpoint_sha256', encode(p.prev_sha256, 'hex'),
+        'key', (SELECT k.did_key FROM querylayer.server_keys k WHERE k.id = p.server_key_id),
+        'signature', p.signature)
+$function$;
+ALTER FUNCTION querylayer.checkpoint_json(querylayer.ledger_checkpoints) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.checkpoint_json(querylayer.ledger_checkpoints) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.claimed_turn(p_turn_id uuid)
  RETURNS querylayer.console_turns
@@ -2459,6 +2502,14 @@ $function$;
 ALTER FUNCTION querylayer.ledger_content(jsonb,text[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ledger_content(jsonb,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.ledger_extend(frontier_nodes bytea, size bigint, leaves bytea)
+ RETURNS bytea
+ LANGUAGE c
+ IMMUTABLE PARALLEL SAFE STRICT
+AS 'querylayer', $function$ledger_extend_wrapper$function$;
+ALTER FUNCTION querylayer.ledger_extend(bytea,bigint,bytea) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.ledger_extend(bytea,bigint,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.ledger_genesis(p_site uuid)
  RETURNS bytea
  LANGUAGE sql
@@ -2469,6 +2520,51 @@ AS $function$
 $function$;
 ALTER FUNCTION querylayer.ledger_genesis(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ledger_genesis(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.ledger_leaf(seq bigint, "table" text, form smallint, content_sha256 bytea)
+ RETURNS bytea
+ LANGUAGE c
+ IMMUTABLE PARALLEL SAFE STRICT
+AS 'querylayer', $function$ledger_leaf_wrapper$function$;
+ALTER FUNCTION querylayer.ledger_leaf(bigint,text,smallint,bytea) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.ledger_leaf(bigint,text,smallint,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.ledger_records_sql()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT string_agg(format(
+             'SELECT %L::text AS tbl, t.id::text AS id, t.chain_seq, t.ledger_form, t.prev_sha256, t.content_sha256,
+                     t.record_sha256, (x.j - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(x.j) AS k
+                                                   WHERE NOT (k = ANY (f.fields))))::text AS canonical,
+                     coalesce(x.j->>''created_at'', x.j->>''started_at'', x.j->>''imported_at'', x.j->>''staged_at'',
+                              x.j->>''decided_at'', x.j->>''executed_at'', x.j->>''recorded_at'')::timestamptz AS recorded
+                FROM %s t CROSS JOIN LATERAL (SELECT to_jsonb(t) AS j) x
+                LEFT JOIN querylayer.ledger_forms f ON f.table_name = %L AND f.form = t.ledger_form
+               WHERE t.site_id = $1 AND t.chain_seq > $2 AND t.chain_seq <= $3', table_name, table_name, table_name),
+           ' UNION ALL ' ORDER BY table_name)
+      FROM querylayer.ledger_tables
+$function$;
+ALTER FUNCTION querylayer.ledger_records_sql() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.ledger_records_sql() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.ledger_sign_checkpoint(site uuid, seq bigint, head bytea, root bytea, checkpointed_at text, prev bytea, secret bytea)
+ RETURNS jsonb
+ LANGUAGE c
+ IMMUTABLE PARALLEL SAFE
+AS 'querylayer', $function$ledger_sign_checkpoint_wrapper$function$;
+ALTER FUNCTION querylayer.ledger_sign_checkpoint(uuid,bigint,bytea,bytea,text,bytea,bytea) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.ledger_sign_checkpoint(uuid,bigint,bytea,bytea,text,bytea,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.ledger_tree_root(frontier_nodes bytea, size bigint)
+ RETURNS bytea
+ LANGUAGE c
+ IMMUTABLE PARALLEL SAFE STRICT
+AS 'querylayer', $function$ledger_tree_root_wrapper$function$;
+ALTER FUNCTION querylayer.ledger_tree_root(bytea,bigint) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.ledger_tree_root(bytea,bigint) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.lifecycle_items(p_type text, p_payload jsonb)
  RETURNS SETOF querylayer.proposal_items
@@ -2649,6 +2745,78 @@ $function$;
 ALTER FUNCTION querylayer.list_proposals(text,integer,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.list_proposals(text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.live_state(p_subject text, p_row jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE p_subject
+        WHEN 'content_item' THEN jsonb_build_object('published_revision_id', p_row->'published_revision_id',
+                                                    'published_at', p_row->'published_at', 'archived_at', p_row->'archived_at')
+        WHEN 'topic' THEN jsonb_build_object('slug', p_row->'slug', 'title', p_row->'title', 'parent_id', p_row->'parent_id')
+        WHEN 'topic_page' THEN jsonb_build_object('topic_id', p_row->'topic_id', 'content_id', p_row->'content_id',
+                                                  'role', p_row->'role')
+    END
+$function$;
+ALTER FUNCTION querylayer.live_state(text,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.live_state(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.live_state_key(p_subject text, p_row jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE p_subject WHEN 'topic_page' THEN (p_row->>'topic_id') || '/' || (p_row->>'content_id')
+                          ELSE p_row->>'id' END
+$function$;
+ALTER FUNCTION querylayer.live_state_key(text,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.live_state_key(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.live_state_problem(p_site uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET "TimeZone" TO 'UTC'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        WITH replayed AS (
+            SELECT DISTINCT ON (e.subject, e.subject_id) e.subject, e.subject_id, e.state, e.id, e.chain_seq
+              FROM querylayer.state_events e WHERE e.site_id = p_site
+             ORDER BY e.subject, e.subject_id, e.chain_seq DESC
+        ), live AS (
+            SELECT 'content_item' AS subject, i.id::text AS subject_id, querylayer.live_state('content_item'::text, to_jsonb(i)) AS state
+              FROM querylayer.content_items i WHERE i.site_id = p_site
+            UNION ALL
+            SELECT 'topic', t.id::text, querylayer.live_state('topic'::text, to_jsonb(t)) FROM querylayer.topics t WHERE t.site_id = p_site
+            UNION ALL
+            SELECT 'topic_page', p.topic_id::text || '/' || p.content_id::text, querylayer.live_state('topic_page'::text, to_jsonb(p))
+              FROM querylayer.topic_pages p WHERE p.site_id = p_site
+        )
+        SELECT coalesce(l.subject, x.subject) AS subject, coalesce(l.subject_id, x.subject_id) AS subject_id,
+               l.state AS live, x.state AS replayed, x.id AS event_id, x.chain_seq
+          FROM live l FULL JOIN replayed x ON x.subject = l.subject AND x.subject_id = l.subject_id
+         WHERE l.state IS DISTINCT FROM x.state
+           -- An item never moved has no event: its state is the empty one.
+           AND NOT (x.subject IS NULL AND l.subject = 'content_item'
+                    AND l.state = jsonb_build_object('published_revision_id', NULL, 'published_at', NULL, 'archived_at', NULL))
+         ORDER BY 1, 2
+         LIMIT 1
+    LOOP
+        RETURN jsonb_build_object('subject', r.subject, 'subject_id', r.subject_id, 'live', r.live,
+                                  'replayed', r.replayed, 'last_event_id', r.event_id, 'last_event_seq', r.chain_seq);
+    END LOOP;
+    RETURN NULL;
+END
+$function$;
+ALTER FUNCTION querylayer.live_state_problem(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.live_state_problem(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.lock_ledger_head(p_site uuid)
  RETURNS void
  LANGUAGE plpgsql
@@ -2746,6 +2914,101 @@ END
 $function$;
 ALTER FUNCTION querylayer.make_chained(regclass) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.make_chained(regclass) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.make_checkpoint(p_site uuid)
+ RETURNS querylayer.ledger_checkpoints
+ LANGUAGE plpgsql
+ SET "TimeZone" TO 'UTC'
+ SET "IntervalStyle" TO 'postgres'
+ SET bytea_output TO 'hex'
+ SET extra_float_digits TO '1'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_head     querylayer.ledger_heads;
+    v_last     querylayer.ledger_checkpoints;
+    v_key      querylayer.server_keys := querylayer.server_key();
+    v_frontier bytea := ''::bytea;
+    v_folded   bigint := 0;
+    v_size     bigint := 0;
+    v_prev     bytea := querylayer.ledger_genesis(p_site);
+    v_leaves   bytea[] := '{}';
+    v_problem  text;
+    v_signed   jsonb;
+    v_new      querylayer.ledger_checkpoints;
+    r          record;
+BEGIN
+    -- One checkpoint of a site at a time; writers of the site are not held up.
+    PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('querylayer.ledger_checkpoints:' || p_site::text, 0));
+    SELECT * INTO v_head FROM querylayer.ledger_heads WHERE site_id = p_site;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'site % has no ledger', p_site USING ERRCODE = 'QL404';
+    END IF;
+    SELECT * INTO v_last FROM querylayer.ledger_checkpoints WHERE site_id = p_site ORDER BY seq DESC LIMIT 1;
+    IF v_last.seq IS NOT NULL THEN
+        IF v_last.seq > v_head.seq THEN
+            RAISE EXCEPTION 'the ledger of site % holds % records, but its checkpoint of % says %', p_site, v_head.seq,
+                querylayer.utc_text(v_last.checkpointed_at), v_last.seq
+                USING ERRCODE = 'QLL09', HINT = 'records were removed: run querylayer ledger verify against the witnesses';
+        END IF;
+        IF v_last.seq = v_head.seq THEN
+            RETURN v_last;
+        END IF;
+        v_frontier := v_last.frontier;
+        v_folded := v_last.seq;
+        v_size := v_last.seq;
+        v_prev := v_last.head_sha256;
+    ELSIF v_head.seq = 0 THEN
+        RETURN NULL;
+    END IF;
+    FOR r IN EXECUTE querylayer.ledger_records_sql() || ' ORDER BY chain_seq' USING p_site, v_size, v_head.seq LOOP
+        v_problem := CASE
+            WHEN r.chain_seq <> v_size + 1 THEN format('record %s is missing or out of order', v_size + 1)
+            WHEN r.prev_sha256 IS DISTINCT FROM v_prev THEN 'prev_sha256 does not match the previous record'
+            WHEN r.canonical IS NULL THEN format('unknown ledger form %s', r.ledger_form)
+            WHEN pg_catalog.sha256(pg_catalog.convert_to(r.canonical, 'UTF8')) IS DISTINCT FROM r.content_sha256
+                THEN 'content does not match content_sha256 (record edited)'
+            WHEN pg_catalog.sha256(v_prev || r.content_sha256) IS DISTINCT FROM r.record_sha256 THEN 'record_sha256 does not match'
+        END;
+        IF v_problem IS NOT NULL THEN
+            RAISE EXCEPTION 'site %: record % (% %): %; no checkpoint is signed over a broken ledger', p_site,
+                coalesce(r.chain_seq::text, '?'), r.tbl, r.id, v_problem
+                USING ERRCODE = 'QLL09', HINT = 'run querylayer ledger verify against the witnesses to see what changed';
+        END IF;
+        v_leaves := v_leaves || querylayer.ledger_leaf(r.chain_seq, r.tbl, r.ledger_form, r.content_sha256);
+        v_size := r.chain_seq;
+        v_prev := r.record_sha256;
+        IF cardinality(v_leaves) >= 10000 THEN
+            v_frontier := querylayer.ledger_extend(v_frontier, v_folded, (SELECT string_agg(x, ''::bytea ORDER BY o) FROM unnest(v_leaves) WITH ORDINALITY AS u(x, o)));
+            v_folded := v_size;
+            v_leaves := '{}';
+        END IF;
+    END LOOP;
+    IF cardinality(v_leaves) > 0 THEN
+        v_frontier := querylayer.ledger_extend(v_frontier, v_folded, (SELECT string_agg(x, ''::bytea ORDER BY o) FROM unnest(v_leaves) WITH ORDINALITY AS u(x, o)));
+    END IF;
+    IF v_size <> v_head.seq OR v_prev IS DISTINCT FROM v_head.head THEN
+        RAISE EXCEPTION 'site %: the ledger head says % records, but records after % are missing', p_site, v_head.seq, v_size
+            USING ERRCODE = 'QLL09', HINT = 'run querylayer ledger verify against the witnesses to see what changed';
+    END IF;
+    v_new.site_id := p_site;
+    v_new.seq := v_size;
+    v_new.head_sha256 := v_prev;
+    v_new.tree_root := querylayer.ledger_tree_root(v_frontier, v_size);
+    v_new.checkpointed_at := date_trunc('microseconds', clock_timestamp());
+    v_new.prev_sha256 := v_last.checkpoint_sha256;
+    v_new.server_key_id := v_key.id;
+    v_new.frontier := v_frontier;
+    v_signed := querylayer.ledger_sign_checkpoint(p_site, v_size, v_prev, v_new.tree_root, querylayer.utc_text(v_new.checkpointed_at),
+                                                  v_new.prev_sha256, v_key.secret);
+    v_new.signature := v_signed->>'signature';
+    v_new.checkpoint_sha256 := decode(v_signed->>'checkpoint_sha256', 'hex');
+    INSERT INTO querylayer.ledger_checkpoints SELECT v_new.*;
+    RETURN v_new;
+END
+$function$;
+ALTER FUNCTION querylayer.make_checkpoint(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.make_checkpoint(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.member_by_handle(p_organization_id uuid, p_handle text)
  RETURNS querylayer.members
@@ -3460,6 +3723,89 @@ END
 $function$;
 ALTER FUNCTION querylayer.record_sign_in_failure(uuid,uuid,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.record_sign_in_failure(uuid,uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.record_state_baseline(p_actor text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET "TimeZone" TO 'UTC'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_count bigint;
+BEGIN
+    WITH live AS (
+        SELECT i.site_id, 'content_item' AS subject, to_jsonb(i) AS r, i.created_at AS since FROM querylayer.content_items i
+         WHERE i.published_revision_id IS NOT NULL OR i.published_at IS NOT NULL OR i.archived_at IS NOT NULL
+        UNION ALL
+        SELECT t.site_id, 'topic', to_jsonb(t), t.created_at FROM querylayer.topics t
+        UNION ALL
+        SELECT p.site_id, 'topic_page', to_jsonb(p), p.added_at FROM querylayer.topic_pages p
+    ), added AS (
+        INSERT INTO querylayer.state_events (site_id, subject, subject_id, state, cause, actor)
+        SELECT l.site_id, l.subject, querylayer.live_state_key(l.subject, l.r), querylayer.live_state(l.subject, l.r),
+               'baseline', p_actor
+          FROM live l
+         WHERE NOT EXISTS (SELECT 1 FROM querylayer.state_events e
+                            WHERE e.site_id = l.site_id AND e.subject = l.subject
+                              AND e.subject_id = querylayer.live_state_key(l.subject, l.r))
+         ORDER BY l.site_id, l.since, l.subject, querylayer.live_state_key(l.subject, l.r)
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_count FROM added;
+    RETURN v_count;
+END
+$function$;
+ALTER FUNCTION querylayer.record_state_baseline(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.record_state_baseline(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.record_state_event()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET "TimeZone" TO 'UTC'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_subject text := CASE TG_TABLE_NAME WHEN 'content_items' THEN 'content_item' WHEN 'topics' THEN 'topic'
+                                         WHEN 'topic_pages' THEN 'topic_page' END;
+    v_mark    uuid := querylayer.lifecycle_mark();
+    v_old     jsonb;
+    v_new     jsonb;
+    v_site    uuid;
+BEGIN
+    IF querylayer.restoring() THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP <> 'INSERT' THEN
+        v_old := to_jsonb(OLD);
+        v_site := OLD.site_id;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        v_new := to_jsonb(NEW);
+        v_site := NEW.site_id;
+    END IF;
+    -- An update that leaves the governed state as it was is no event.
+    IF TG_OP = 'UPDATE' AND querylayer.live_state_key(v_subject, v_old) = querylayer.live_state_key(v_subject, v_new)
+       AND querylayer.live_state(v_subject, v_old) = querylayer.live_state(v_subject, v_new) THEN
+        RETURN NULL;
+    END IF;
+    -- A row whose key changed is a row gone and a row added.
+    IF v_old IS NOT NULL AND (v_new IS NULL OR querylayer.live_state_key(v_subject, v_old) <> querylayer.live_state_key(v_subject, v_new)) THEN
+        INSERT INTO querylayer.state_events (site_id, subject, subject_id, state, cause, decision_id, actor)
+        VALUES (OLD.site_id, v_subject, querylayer.live_state_key(v_subject, v_old), NULL,
+                CASE WHEN v_mark IS NULL THEN 'operator' ELSE 'decision' END, v_mark,
+                CASE WHEN v_mark IS NULL THEN 'operator:' || querylayer.outer_user() END);
+    END IF;
+    IF v_new IS NOT NULL THEN
+        INSERT INTO querylayer.state_events (site_id, subject, subject_id, state, cause, decision_id, actor)
+        VALUES (v_site, v_subject, querylayer.live_state_key(v_subject, v_new), querylayer.live_state(v_subject, v_new),
+                CASE WHEN v_mark IS NULL THEN 'operator' ELSE 'decision' END, v_mark,
+                CASE WHEN v_mark IS NULL THEN 'operator:' || querylayer.outer_user() END);
+    END IF;
+    RETURN NULL;
+END
+$function$;
+ALTER FUNCTION querylayer.record_state_event() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.record_state_event() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.record_time_partition_drop(p_partition text)
  RETURNS jsonb
@@ -4623,8 +4969,9 @@ CREATE OR REPLACE FUNCTION querylayer.task_plans_guard()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
+    -- A restore brings plans as they were written, whatever their turn went on to become.
     IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
-        RETURN NEW;  -- a restore brings the row as it was dumped
+        RETURN NEW;
     END IF;
     IF TG_OP = 'INSERT' THEN
         PERFORM 1 FROM querylayer.console_turns t
@@ -6508,6 +6855,40 @@ ALTER FUNCTION querylayer_api.create_agent(text,text,text,text,text,text) OWNER 
 REVOKE ALL ON FUNCTION querylayer_api.create_agent(text,text,text,text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.create_agent(text,text,text,text,text,text) TO querylayer_admin;
 
+CREATE OR REPLACE FUNCTION querylayer_api.create_checkpoints(p_site text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    s       querylayer.sites;
+    v_last  bigint;
+    v       querylayer.ledger_checkpoints;
+    v_out   jsonb := '[]';
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    IF p_site IS NOT NULL THEN
+        PERFORM querylayer.site_by_slug(p_site);
+    END IF;
+    FOR s IN SELECT * FROM querylayer.sites WHERE p_site IS NULL OR slug = p_site ORDER BY slug LOOP
+        PERFORM querylayer.enter_operator(s.id);
+        SELECT max(seq) INTO v_last FROM querylayer.ledger_checkpoints WHERE site_id = s.id;
+        v := querylayer.make_checkpoint(s.id);
+        IF v.seq IS DISTINCT FROM v_last THEN
+            PERFORM querylayer.audit('ledger.checkpoint'::text, s.id::text, jsonb_build_object('seq', v.seq));
+        END IF;
+        v_out := v_out || jsonb_build_object('site', s.slug, 'site_id', s.id, 'created', v.seq IS DISTINCT FROM v_last,
+                                             'checkpoint', CASE WHEN v.seq IS NOT NULL THEN querylayer.checkpoint_json(v) END);
+    END LOOP;
+    RETURN v_out;
+END
+$function$;
+ALTER FUNCTION querylayer_api.create_checkpoints(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.create_checkpoints(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.create_checkpoints(text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.create_checkpoints(text) TO querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer_api.create_connection(p_site text, p_agent text, p_name text, p_scopes text[], p_expires_at timestamp with time zone, p_harness text DEFAULT 'generic'::text, p_did text DEFAULT NULL::text, p_secret boolean DEFAULT true, p_did_proof jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -7463,6 +7844,140 @@ $function$;
 ALTER FUNCTION querylayer_api.invite_member(text,text,text,text,timestamp with time zone) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.invite_member(text,text,text,text,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.invite_member(text,text,text,text,timestamp with time zone) TO querylayer_admin;
+
+CREATE OR REPLACE FUNCTION querylayer_api.ledger_checkpoints(p_site text, p_after_seq bigint DEFAULT 0, p_limit integer DEFAULT 1000)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN (SELECT coalesce(jsonb_agg(querylayer.checkpoint_json(c) ORDER BY c.seq), '[]')
+              FROM (SELECT * FROM querylayer.ledger_checkpoints
+                     WHERE site_id = v_site.id AND seq > coalesce(p_after_seq, 0)
+                     ORDER BY seq LIMIT greatest(1, least(coalesce(p_limit, 1000), 10000))) c);
+END
+$function$;
+ALTER FUNCTION querylayer_api.ledger_checkpoints(text,bigint,integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.ledger_checkpoints(text,bigint,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.ledger_checkpoints(text,bigint,integer) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.ledger_checkpoints(text,bigint,integer) TO querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer_api.ledger_leaves(p_site text, p_after_seq bigint, p_upto_seq bigint)
+ RETURNS bytea
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site querylayer.sites;
+    v_sql  text;
+    v      bytea;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    SELECT 'SELECT coalesce(string_agg(querylayer.ledger_leaf(chain_seq, tbl, ledger_form, content_sha256), ''''::bytea ORDER BY chain_seq), ''''::bytea) FROM ('
+           || string_agg(format('SELECT %L::text AS tbl, chain_seq, ledger_form, content_sha256 FROM %s WHERE site_id = $1 AND chain_seq > $2 AND chain_seq <= $3',
+                                table_name, table_name), ' UNION ALL ') || ') r'
+      INTO v_sql FROM querylayer.ledger_tables;
+    EXECUTE v_sql INTO v USING v_site.id, coalesce(p_after_seq, 0), p_upto_seq;
+    RETURN v;
+END
+$function$;
+ALTER FUNCTION querylayer_api.ledger_leaves(text,bigint,bigint) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.ledger_leaves(text,bigint,bigint) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.ledger_leaves(text,bigint,bigint) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.ledger_leaves(text,bigint,bigint) TO querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer_api.ledger_record(p_id uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET "TimeZone" TO 'UTC'
+ SET "IntervalStyle" TO 'postgres'
+ SET bytea_output TO 'hex'
+ SET extra_float_digits TO '1'
+AS $function$
+DECLARE
+    s querylayer.sites;
+    r record;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    FOR s IN SELECT * FROM querylayer.sites ORDER BY slug LOOP
+        PERFORM querylayer.enter_operator(s.id);
+        FOR r IN EXECUTE 'SELECT * FROM (' || replace(querylayer.ledger_records_sql(), 't.chain_seq > $2 AND t.chain_seq <= $3', 't.id = $2')
+                         || ') x' USING s.id, p_id LOOP
+            RETURN jsonb_build_object('site', s.slug, 'site_id', s.id, 'table', r.tbl, 'id', r.id, 'seq', r.chain_seq,
+                                      'form', r.ledger_form, 'canonical', r.canonical);
+        END LOOP;
+    END LOOP;
+    RAISE EXCEPTION 'no chained record %', p_id USING ERRCODE = 'QL404';
+END
+$function$;
+ALTER FUNCTION querylayer_api.ledger_record(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.ledger_record(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.ledger_record(uuid) TO querylayer_admin;
+
+CREATE OR REPLACE FUNCTION querylayer_api.ledger_records(p_site text, p_upto_seq bigint, p_from timestamp with time zone DEFAULT NULL::timestamp with time zone, p_to timestamp with time zone DEFAULT NULL::timestamp with time zone)
+ RETURNS SETOF jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET "TimeZone" TO 'UTC'
+ SET "IntervalStyle" TO 'postgres'
+ SET bytea_output TO 'hex'
+ SET extra_float_digits TO '1'
+AS $function$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN QUERY EXECUTE
+        'SELECT jsonb_build_object(''table'', tbl, ''id'', id, ''seq'', chain_seq, ''form'', ledger_form,
+                                   ''canonical'', canonical, ''recorded_at'', querylayer.utc_text(recorded))
+           FROM (' || querylayer.ledger_records_sql() || ') r
+          WHERE ($4::timestamptz IS NULL OR recorded >= $4) AND ($5::timestamptz IS NULL OR recorded < $5)
+          ORDER BY chain_seq'
+        USING v_site.id, 0::bigint, p_upto_seq, p_from, p_to;
+END
+$function$;
+ALTER FUNCTION querylayer_api.ledger_records(text,bigint,timestamp with time zone,timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.ledger_records(text,bigint,timestamp with time zone,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.ledger_records(text,bigint,timestamp with time zone,timestamp with time zone) TO querylayer_admin;
+
+CREATE OR REPLACE FUNCTION querylayer_api.ledger_sites()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    s     querylayer.sites;
+    v_out jsonb := '[]';
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    FOR s IN SELECT * FROM querylayer.sites ORDER BY slug LOOP
+        PERFORM querylayer.enter_operator(s.id);
+        v_out := v_out || jsonb_build_object('site', s.slug, 'site_id', s.id,
+            'records', (SELECT h.seq FROM querylayer.ledger_heads h WHERE h.site_id = s.id),
+            'checkpoint_seq', (SELECT max(c.seq) FROM querylayer.ledger_checkpoints c WHERE c.site_id = s.id));
+    END LOOP;
+    RETURN v_out;
+END
+$function$;
+ALTER FUNCTION querylayer_api.ledger_sites() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.ledger_sites() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.ledger_sites() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.ledger_sites() TO querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_audit(p_site text DEFAULT NULL::text, p_limit integer DEFAULT 100)
  RETURNS TABLE(at timestamp with time zone, site text, principal_kind text, agent_id uuid, connection_id uuid, member_id uuid, operator_role text, action text, outcome text, target text, detail jsonb)
@@ -9097,6 +9612,27 @@ ALTER FUNCTION querylayer_api.verify_ledger(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.verify_ledger(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.verify_ledger(text) TO querylayer_admin;
 
+CREATE OR REPLACE FUNCTION querylayer_api.verify_live_state(p_site text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site    querylayer.sites;
+    v_problem jsonb;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    v_problem := querylayer.live_state_problem(v_site.id);
+    RETURN jsonb_build_object('ok', v_problem IS NULL, 'problem', v_problem);
+END
+$function$;
+ALTER FUNCTION querylayer_api.verify_live_state(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.verify_live_state(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.verify_live_state(text) TO querylayer_admin;
+
 CREATE OR REPLACE FUNCTION querylayer_api.worker_claim_evidence_jobs(p_limit integer DEFAULT 20)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -9711,6 +10247,36 @@ CREATE INDEX proposal_executions_site_executed ON querylayer.proposal_executions
 INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
     ('delivery_tokens', 'revoked_reason', 'reason', 1000);
 
+-- (c) sql/upgrades/0.2.0/19-checkpoints.sql
+
+-- 0.2.0: verifiable history (sql/185_checkpoints.sql, docs/ledger.md): the live state's chained
+-- events (the signed checkpoints' table is made first, 19-checkpoints.pre.sql). A 0.1.0 database kept its live pointers and
+-- topical map without events, so the upgrade appends one baseline event per published or
+-- archived item, topic and topic page to each site's chain: from here on, the live state is the
+-- replay of its events. (The chain only grows: every record 0.1.0 wrote keeps its hash.)
+
+CREATE TABLE querylayer.state_events (
+    id          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id     uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    -- content_item (its id), topic (its id), topic_page ('<topic_id>/<content_id>').
+    subject     text NOT NULL CHECK (subject IN ('content_item', 'topic', 'topic_page')),
+    subject_id  text NOT NULL,
+    -- The subject's state after the change (querylayer.live_state); NULL when it is gone.
+    state       jsonb,
+    -- decision: an approved decision executing (decision_id); operator: an operator function
+    -- (actor); baseline: the state an upgrade found, before events were kept.
+    cause       text NOT NULL CHECK (cause IN ('decision', 'operator', 'baseline')),
+    decision_id uuid REFERENCES querylayer.proposal_decisions ON DELETE RESTRICT,
+    actor       text,
+    recorded_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CHECK ((cause = 'decision') = (decision_id IS NOT NULL))
+);
+SELECT querylayer.isolate_by_site('querylayer.state_events'::regclass);
+SELECT querylayer.make_chained('querylayer.state_events'::regclass);
+CREATE INDEX state_events_subject ON querylayer.state_events (site_id, subject, subject_id, chain_seq);
+
+SELECT querylayer.record_state_baseline('upgrade to 0.2.0'::text);
+
 -- (c) sql/upgrades/0.2.0/22-one-session-one-conversation.sql
 
 -- Issue 22: one Hermes stored session, one Agent Console conversation, across every site and
@@ -9947,6 +10513,11 @@ ALTER TABLE querylayer.idempotency_keys ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.idempotency_keys FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.idempotency_keys FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+ALTER TABLE querylayer.ledger_checkpoints OWNER TO querylayer_owner;
+ALTER TABLE querylayer.ledger_checkpoints ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.ledger_checkpoints FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.ledger_checkpoints FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.ledger_forms OWNER TO querylayer_owner;
 ALTER TABLE querylayer.ledger_forms DISABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.ledger_forms NO FORCE ROW LEVEL SECURITY;
@@ -10098,6 +10669,11 @@ ALTER TABLE querylayer.sites OWNER TO querylayer_owner;
 ALTER TABLE querylayer.sites ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.sites FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.sites FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.state_events OWNER TO querylayer_owner;
+ALTER TABLE querylayer.state_events ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.state_events FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.state_events FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.strategy_import_batches OWNER TO querylayer_owner;
 ALTER TABLE querylayer.strategy_import_batches ENABLE ROW LEVEL SECURITY;
@@ -10261,6 +10837,9 @@ ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_guard;
 CREATE OR REPLACE TRIGGER content_items_no_truncate BEFORE TRUNCATE ON querylayer.content_items FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_no_truncate;
 
+CREATE OR REPLACE TRIGGER zz_state_event AFTER UPDATE ON querylayer.content_items FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event();
+ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER zz_state_event;
+
 CREATE OR REPLACE TRIGGER a0_value_limits BEFORE INSERT ON querylayer.content_revisions FOR EACH ROW EXECUTE FUNCTION querylayer.enforce_value_limits();
 ALTER TABLE querylayer.content_revisions ENABLE ALWAYS TRIGGER a0_value_limits;
 
@@ -10347,6 +10926,12 @@ ALTER TABLE querylayer.form_screening_events ENABLE ALWAYS TRIGGER count_form_sc
 
 CREATE OR REPLACE TRIGGER form_screening_events_guard BEFORE DELETE OR UPDATE ON querylayer.form_screening_events FOR EACH ROW EXECUTE FUNCTION querylayer.form_screening_events_guard();
 ALTER TABLE querylayer.form_screening_events ENABLE ALWAYS TRIGGER form_screening_events_guard;
+
+CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.ledger_checkpoints FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.ledger_checkpoints ENABLE ALWAYS TRIGGER append_only_row;
+
+CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.ledger_checkpoints FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.ledger_checkpoints ENABLE ALWAYS TRIGGER append_only_truncate;
 
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.ledger_forms FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.ledger_forms ENABLE ALWAYS TRIGGER append_only_row;
@@ -10528,6 +11113,15 @@ ALTER TABLE querylayer.server_keys ENABLE REPLICA TRIGGER restore_over_generated
 CREATE OR REPLACE TRIGGER restore_over_seed BEFORE INSERT ON querylayer.settings FOR EACH ROW EXECUTE FUNCTION querylayer.restore_setting();
 ALTER TABLE querylayer.settings ENABLE REPLICA TRIGGER restore_over_seed;
 
+CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.state_events FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.state_events ENABLE ALWAYS TRIGGER append_only_row;
+
+CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.state_events FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.state_events ENABLE ALWAYS TRIGGER append_only_truncate;
+
+CREATE OR REPLACE TRIGGER zz_chain BEFORE INSERT ON querylayer.state_events FOR EACH ROW EXECUTE FUNCTION querylayer.chain_append();
+ALTER TABLE querylayer.state_events ENABLE ALWAYS TRIGGER zz_chain;
+
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.strategy_import_batches FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.strategy_import_batches ENABLE ALWAYS TRIGGER append_only_row;
 
@@ -10567,11 +11161,17 @@ ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER topic_pages_no_truncate
 CREATE OR REPLACE TRIGGER topical_map_guard BEFORE INSERT OR DELETE OR UPDATE ON querylayer.topic_pages FOR EACH ROW EXECUTE FUNCTION querylayer.topical_map_guard();
 ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER topical_map_guard;
 
+CREATE OR REPLACE TRIGGER zz_state_event AFTER INSERT OR DELETE OR UPDATE ON querylayer.topic_pages FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event();
+ALTER TABLE querylayer.topic_pages ENABLE ALWAYS TRIGGER zz_state_event;
+
 CREATE OR REPLACE TRIGGER topical_map_guard BEFORE INSERT OR DELETE OR UPDATE ON querylayer.topics FOR EACH ROW EXECUTE FUNCTION querylayer.topical_map_guard();
 ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER topical_map_guard;
 
 CREATE OR REPLACE TRIGGER topics_no_truncate BEFORE TRUNCATE ON querylayer.topics FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER topics_no_truncate;
+
+CREATE OR REPLACE TRIGGER zz_state_event AFTER INSERT OR DELETE OR UPDATE ON querylayer.topics FOR EACH ROW EXECUTE FUNCTION querylayer.record_state_event();
+ALTER TABLE querylayer.topics ENABLE ALWAYS TRIGGER zz_state_event;
 
 DROP EVENT TRIGGER IF EXISTS querylayer_refuse_owner_ddl;
 CREATE EVENT TRIGGER querylayer_refuse_owner_ddl ON ddl_command_start EXECUTE FUNCTION querylayer.refuse_owner_ddl();
@@ -10682,6 +11282,9 @@ CREATE POLICY site_isolation ON querylayer.form_screening_events AS PERMISSIVE F
 DROP POLICY IF EXISTS site_isolation ON querylayer.idempotency_keys;
 CREATE POLICY site_isolation ON querylayer.idempotency_keys AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
+DROP POLICY IF EXISTS site_isolation ON querylayer.ledger_checkpoints;
+CREATE POLICY site_isolation ON querylayer.ledger_checkpoints AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
 DROP POLICY IF EXISTS site_isolation ON querylayer.ledger_heads;
 CREATE POLICY site_isolation ON querylayer.ledger_heads AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
@@ -10753,6 +11356,9 @@ CREATE POLICY site_isolation ON querylayer.site_members AS PERMISSIVE FOR ALL TO
 
 DROP POLICY IF EXISTS site_isolation ON querylayer.sites;
 CREATE POLICY site_isolation ON querylayer.sites AS PERMISSIVE FOR ALL TO PUBLIC USING ((querylayer.ctx_is_operator() OR (id = querylayer.ctx_site_id()))) WITH CHECK (querylayer.ctx_is_operator());
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.state_events;
+CREATE POLICY site_isolation ON querylayer.state_events AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
 DROP POLICY IF EXISTS site_isolation ON querylayer.strategy_import_batches;
 CREATE POLICY site_isolation ON querylayer.strategy_import_batches AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
@@ -10845,6 +11451,8 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.form_screening_events_id_
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.idempotency_keys', '');
 
+SELECT pg_catalog.pg_extension_config_dump('querylayer.ledger_checkpoints', '');
+
 SELECT pg_catalog.pg_extension_config_dump('querylayer.ledger_heads', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.lineage_events', '');
@@ -10899,6 +11507,8 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.site_members', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.sites', '');
 
+SELECT pg_catalog.pg_extension_config_dump('querylayer.state_events', '');
+
 SELECT pg_catalog.pg_extension_config_dump('querylayer.strategy_import_batches', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.strategy_opportunities', '');
@@ -10948,6 +11558,8 @@ SELECT querylayer.ensure_ledger_form('querylayer.runs', 1::smallint, '{agent_id,
 SELECT querylayer.ensure_ledger_form('querylayer.runs', 2::smallint, '{agent_id,completion_conditions,connection_id,extension_version,harness,id,input,organization_id,required_outputs,run_type,site_id,started_at}');
 
 SELECT querylayer.ensure_ledger_form('querylayer.semantic_models', 1::smallint, '{connection_id,document,id,imported_at,imported_by,name,site_id,source_sha256,version}');
+
+SELECT querylayer.ensure_ledger_form('querylayer.state_events', 1::smallint, '{actor,cause,decision_id,id,recorded_at,site_id,state,subject,subject_id}');
 
 DROP FUNCTION IF EXISTS querylayer.issue_connection(uuid,uuid,text,text[],timestamp with time zone,text,text,text,boolean);
 
