@@ -1,6 +1,6 @@
 //! Verifiable history inside the database: the leaf of each chained record, the Merkle tree
 //! extended from one checkpoint's frontier to the next, and checkpoints signed with the server
-//! key. The algorithms and formats are the `querylayer-ledger` crate's; `sql/170_checkpoints.sql`
+//! key. The algorithms and formats are the `querylayer-ledger` crate's; `sql/185_checkpoints.sql`
 //! decides when a checkpoint is made and is the only caller (these functions are granted to the
 //! owner role alone, and the server key never leaves the database).
 
