@@ -8,10 +8,13 @@ use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::{json, Value};
 
 /// SQLSTATE → (code, HTTP status). The governed functions raise these (docs/errors.md); the
-/// edge never invents a refusal of its own beyond the few edge-level codes below.
+/// edge never invents a refusal of its own beyond the few edge-level codes below. A 5xx row names
+/// the code clients receive (`from_db` answers every other 5xx as `internal`). `25000` (a second
+/// authentication in one transaction, a prepared transaction with a request context) has no row:
+/// every transaction of the edge authenticates once and none is prepared, so meeting it is a
+/// defect of the edge, answered `internal` with the detail in the log.
 const SQLSTATES: &[(&str, &str, u16)] = &[
     ("28000", "unauthenticated", 401),
-    ("25000", "invalid_transaction_state", 500),
     ("25006", "read_only", 403),
     ("QL401", "not_authenticated", 401),
     ("QL403", "forbidden", 403),
@@ -59,6 +62,16 @@ const SQLSTATE_CLASSES: &[(&str, &str, u16)] = &[
     ("57014", "timeout", 504),
     ("57", "unavailable", 503),
 ];
+
+/// The code and status of a SQLSTATE: its row, else its class, else `internal` (500).
+fn classify(sqlstate: &str) -> (&'static str, StatusCode) {
+    SQLSTATES
+        .iter()
+        .find(|(s, _, _)| *s == sqlstate)
+        .or_else(|| SQLSTATE_CLASSES.iter().find(|(class, _, _)| sqlstate.starts_with(class)))
+        .map(|(_, code, status)| (*code, StatusCode::from_u16(*status).expect("valid status")))
+        .unwrap_or(("internal", StatusCode::INTERNAL_SERVER_ERROR))
+}
 
 /// What an integrity violation (SQLSTATE class 23) means to a caller, without the internal
 /// constraint names of PostgreSQL's own message.
@@ -187,12 +200,7 @@ impl Error {
             return Error::unavailable(format!("database connection: {e}"));
         };
         let sqlstate = db.code().code();
-        let (code, status) = SQLSTATES
-            .iter()
-            .find(|(s, _, _)| *s == sqlstate)
-            .or_else(|| SQLSTATE_CLASSES.iter().find(|(class, _, _)| sqlstate.starts_with(class)))
-            .map(|(_, code, status)| (*code, StatusCode::from_u16(*status).expect("valid status")))
-            .unwrap_or(("internal", StatusCode::INTERNAL_SERVER_ERROR));
+        let (code, status) = classify(sqlstate);
         let detail = format!("SQLSTATE {sqlstate}: {}", db.message());
         if status.is_server_error() {
             let mut e = match (code, sqlstate) {
@@ -356,6 +364,128 @@ mod tests {
         }
         let documented = doc.lines().filter(|l| l.starts_with("| `")).count();
         assert_eq!(documented, SQLSTATES.len(), "docs/errors.md and the SQLSTATE table disagree");
+    }
+
+    /// Standard PostgreSQL SQLSTATEs the SQL raises on purpose that neither have a row nor fall
+    /// into a class of `SQLSTATE_CLASSES`: the edge answers them `internal` (500) by design. Each
+    /// is documented in docs/errors.md ("Also raised, outside the edge's table").
+    const INTERNAL_BY_DESIGN: &[(&str, &str)] = &[(
+        "42P06",
+        "only CREATE EXTENSION raises it (a schema it cannot adopt); the edge never installs the extension",
+    )];
+
+    /// Every `*.sql` file under `dir`, recursively (the install scripts and the upgrade steps).
+    fn sql_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                sql_files(&path, out);
+            } else if path.extension().is_some_and(|x| x == "sql") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The five-character SQLSTATE literal that follows `at` after optional whitespace, a
+    /// separator (`=` or `,`) and optional whitespace: `= 'QL404'`, `,'QL422'`.
+    fn literal_after(text: &str, at: usize, separator: char) -> Option<&str> {
+        let rest = text[at..].trim_start();
+        let rest = rest.strip_prefix(separator)?.trim_start();
+        let rest = rest.strip_prefix('\'')?;
+        let (code, tail) = (rest.get(..5)?, rest.get(5..)?);
+        let valid = code.chars().all(|c| c.is_ascii_alphanumeric());
+        (valid && tail.starts_with('\'')).then_some(code)
+    }
+
+    /// The SQLSTATEs a script raises, with their line: `ERRCODE = 'XXXXX'` (any spacing or case,
+    /// `USING` or not) and the `'sqlstate', 'XXXXX'` of a refusal returned as JSON and raised
+    /// with `USING ERRCODE = v_result->>'sqlstate'` (sql/160_retention.sql).
+    fn raised_sqlstates(text: &str) -> Vec<(String, usize)> {
+        let lower = text.to_ascii_lowercase();
+        let mut found = Vec::new();
+        for (needle, separator) in [("errcode", '='), ("'sqlstate'", ',')] {
+            for (at, _) in lower.match_indices(needle) {
+                if let Some(code) = literal_after(text, at + needle.len(), separator) {
+                    let line = text[..at].matches('\n').count() + 1;
+                    found.push((code.to_ascii_uppercase(), line));
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_scanner_reads_every_spelling_of_a_raised_sqlstate() {
+        let sql = "RAISE EXCEPTION 'x' USING ERRCODE = 'QL404';\n  using errcode='ql409', HINT = 'h'\n\
+                   USING\n    ERRCODE\t=  '22023'\nRETURN jsonb_build_object('sqlstate', 'QL422', 'refused', 'r');\n\
+                   USING ERRCODE = v_result->>'sqlstate';\nERRCODE = 'too long'";
+        let found = raised_sqlstates(sql);
+        let mut codes: Vec<_> = found.iter().map(|(c, l)| format!("{c}@{l}")).collect();
+        codes.sort();
+        assert_eq!(codes, ["22023@4", "QL404@1", "QL409@2", "QL422@5"]);
+    }
+
+    #[test]
+    fn every_sqlstate_the_sql_raises_has_a_code() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sql");
+        let mut files = Vec::new();
+        sql_files(&root, &mut files);
+        files.sort();
+        assert!(files.len() > 10, "no SQL scripts under {}", root.display());
+        let mut missing: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let mut raised = std::collections::BTreeSet::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            let name = file.strip_prefix(&root).unwrap_or(file).display().to_string();
+            for (sqlstate, line) in raised_sqlstates(&text) {
+                raised.insert(sqlstate.clone());
+                let has_row = SQLSTATES.iter().any(|(s, _, _)| *s == sqlstate);
+                // The generic path is for PostgreSQL's own codes; a QueryLayer code needs a row.
+                let by_class = !sqlstate.starts_with("QL")
+                    && SQLSTATE_CLASSES.iter().any(|(class, _, _)| sqlstate.starts_with(class));
+                let by_design = INTERNAL_BY_DESIGN.iter().any(|(s, _)| *s == sqlstate);
+                if !(has_row || by_class || by_design) {
+                    missing.entry(sqlstate).or_default().push(format!("sql/{name}:{line}"));
+                }
+            }
+        }
+        let report: Vec<String> = missing
+            .iter()
+            .map(|(code, places)| format!("{code} (raised in {})", places.join(", ")))
+            .collect();
+        assert!(
+            report.is_empty(),
+            "SQLSTATEs raised by the SQL without a row in SQLSTATES (error.rs) and docs/errors.md:\n  {}",
+            report.join("\n  ")
+        );
+        let doc = include_str!("../../docs/errors.md");
+        for (sqlstate, reason) in INTERNAL_BY_DESIGN {
+            assert!(
+                raised.contains(*sqlstate),
+                "{sqlstate} is no longer raised: drop it from the allow-list"
+            );
+            assert_eq!(classify(sqlstate).0, "internal", "{sqlstate} ({reason}) no longer falls to internal");
+            assert!(doc.contains(&format!("`{sqlstate}`")), "docs/errors.md does not mention {sqlstate}");
+        }
+    }
+
+    #[test]
+    fn a_server_error_row_names_the_code_clients_receive() {
+        // from_db answers a 5xx as busy, timeout or unavailable (retry later), else `internal`.
+        for (sqlstate, code, status) in SQLSTATES.iter().chain(SQLSTATE_CLASSES) {
+            if *status >= 500 {
+                assert!(
+                    ["busy", "timeout", "unavailable"].contains(code),
+                    "{sqlstate}: {code} is never sent"
+                );
+            }
+        }
+        assert_eq!(classify("25000"), ("internal", StatusCode::INTERNAL_SERVER_ERROR));
+        assert_eq!(classify("42P06"), ("internal", StatusCode::INTERNAL_SERVER_ERROR));
+        assert_eq!(classify("40001"), ("busy", StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(classify("57014"), ("timeout", StatusCode::GATEWAY_TIMEOUT));
+        assert_eq!(classify("25006"), ("read_only", StatusCode::FORBIDDEN));
     }
 
     #[test]
