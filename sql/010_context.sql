@@ -19,35 +19,9 @@ INSERT INTO querylayer.scopes (scope, description) VALUES
     ('publish:request',   'request publishing, unpublishing, archiving and restoring through human approval');
 
 -- Requires an authenticated agent connection holding p_scope (NULL: any connection). A context
--- made by an envelope (authenticate_envelope) is bound to the one request its sender signed:
--- it runs only the functions mapped to that route (require_connection_for), never these.
-CREATE FUNCTION querylayer.require_connection(p_scope text DEFAULT NULL) RETURNS void
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v_route jsonb;
-BEGIN
-    IF querylayer.ctx_kind() IS DISTINCT FROM 'connection' THEN
-        RAISE EXCEPTION 'no authenticated connection in this transaction'
-            USING ERRCODE = 'QL401',
-                  HINT = 'call querylayer_api.authenticate(fingerprint) first, in the same transaction';
-    END IF;
-    v_route := querylayer.ctx_envelope_route();
-    IF v_route IS NOT NULL THEN
-        RAISE EXCEPTION 'this transaction acts through an envelope signed for % %; nothing else runs under it',
-            v_route->>'method', v_route->>'path'
-            USING ERRCODE = 'QL403',
-                  HINT = 'an envelope authorizes the one request it signs; send each request with its own envelope';
-    END IF;
-    IF p_scope IS NOT NULL AND NOT (p_scope = ANY (querylayer.ctx_scopes())) THEN
-        RAISE EXCEPTION 'this connection does not hold the scope %', p_scope
-            USING ERRCODE = 'QL403',
-                  HINT = 'an operator can grant the scope to the agent on this site and issue a connection that carries it';
-    END IF;
-END
-$$;
-
--- The same for the functions a signed /v1 route runs (querylayer.envelope_routes): an
--- envelope-derived context passes only when its signed method and path map to p_function.
+-- made by an envelope (authenticate_envelope) is bound to the one request its sender signed: it
+-- runs only the functions mapped to that route (querylayer.envelope_routes), so p_function names
+-- the function asking, and NULL (require_connection) admits no envelope context at all.
 CREATE FUNCTION querylayer.require_connection_for(p_function text, p_scope text) RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -59,11 +33,12 @@ BEGIN
                   HINT = 'call querylayer_api.authenticate(fingerprint) first, in the same transaction';
     END IF;
     v_route := querylayer.ctx_envelope_route();
-    IF v_route IS NOT NULL AND NOT EXISTS (
+    IF v_route IS NOT NULL AND (p_function IS NULL OR NOT EXISTS (
         SELECT 1 FROM querylayer.envelope_routes r
-         WHERE r.method = v_route->>'method' AND r.path = v_route->>'path' AND r.function_name = p_function) THEN
-        RAISE EXCEPTION 'this transaction acts through an envelope signed for % %; % does not serve that route',
-            v_route->>'method', v_route->>'path', p_function
+         WHERE r.method = v_route->>'method' AND r.path = v_route->>'path' AND r.function_name = p_function)) THEN
+        RAISE EXCEPTION 'this transaction acts through an envelope signed for % %; %',
+            v_route->>'method', v_route->>'path',
+            coalesce(p_function || ' does not serve that route', 'nothing else runs under it')
             USING ERRCODE = 'QL403',
                   HINT = 'an envelope authorizes the one request it signs; send each request with its own envelope';
     END IF;
@@ -73,6 +48,11 @@ BEGIN
                   HINT = 'an operator can grant the scope to the agent on this site and issue a connection that carries it';
     END IF;
 END
+$$;
+
+CREATE FUNCTION querylayer.require_connection(p_scope text DEFAULT NULL) RETURNS void
+LANGUAGE sql STABLE AS $$
+    SELECT querylayer.require_connection_for(NULL::text, p_scope)
 $$;
 
 -- The SHA-256 (hex) of the body an envelope-derived context was signed for, or NULL.

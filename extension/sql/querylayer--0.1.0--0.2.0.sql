@@ -3909,31 +3909,11 @@ REVOKE ALL ON FUNCTION querylayer.refuse_owner_ddl() FROM PUBLIC, querylayer_adm
 
 CREATE OR REPLACE FUNCTION querylayer.require_connection(p_scope text DEFAULT NULL::text)
  RETURNS void
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_route jsonb;
-BEGIN
-    IF querylayer.ctx_kind() IS DISTINCT FROM 'connection' THEN
-        RAISE EXCEPTION 'no authenticated connection in this transaction'
-            USING ERRCODE = 'QL401',
-                  HINT = 'call querylayer_api.authenticate(fingerprint) first, in the same transaction';
-    END IF;
-    v_route := querylayer.ctx_envelope_route();
-    IF v_route IS NOT NULL THEN
-        RAISE EXCEPTION 'this transaction acts through an envelope signed for % %; nothing else runs under it',
-            v_route->>'method', v_route->>'path'
-            USING ERRCODE = 'QL403',
-                  HINT = 'an envelope authorizes the one request it signs; send each request with its own envelope';
-    END IF;
-    IF p_scope IS NOT NULL AND NOT (p_scope = ANY (querylayer.ctx_scopes())) THEN
-        RAISE EXCEPTION 'this connection does not hold the scope %', p_scope
-            USING ERRCODE = 'QL403',
-                  HINT = 'an operator can grant the scope to the agent on this site and issue a connection that carries it';
-    END IF;
-END
+    SELECT querylayer.require_connection_for(NULL::text, p_scope)
 $function$;
 ALTER FUNCTION querylayer.require_connection(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.require_connection(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -3953,11 +3933,12 @@ BEGIN
                   HINT = 'call querylayer_api.authenticate(fingerprint) first, in the same transaction';
     END IF;
     v_route := querylayer.ctx_envelope_route();
-    IF v_route IS NOT NULL AND NOT EXISTS (
+    IF v_route IS NOT NULL AND (p_function IS NULL OR NOT EXISTS (
         SELECT 1 FROM querylayer.envelope_routes r
-         WHERE r.method = v_route->>'method' AND r.path = v_route->>'path' AND r.function_name = p_function) THEN
-        RAISE EXCEPTION 'this transaction acts through an envelope signed for % %; % does not serve that route',
-            v_route->>'method', v_route->>'path', p_function
+         WHERE r.method = v_route->>'method' AND r.path = v_route->>'path' AND r.function_name = p_function)) THEN
+        RAISE EXCEPTION 'this transaction acts through an envelope signed for % %; %',
+            v_route->>'method', v_route->>'path',
+            coalesce(p_function || ' does not serve that route', 'nothing else runs under it')
             USING ERRCODE = 'QL403',
                   HINT = 'an envelope authorizes the one request it signs; send each request with its own envelope';
     END IF;
