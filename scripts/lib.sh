@@ -105,15 +105,27 @@ install_extension() {
 }
 
 # The released version an upgrade starts from, and its commit.
-PREVIOUS_VERSION=0.1.0
-PREVIOUS_COMMIT=2db22fd
+PREVIOUS_VERSION=0.2.0
+PREVIOUS_COMMIT=51fe0f2
+
+# The commit of each earlier release: the upgrade tier also upgrades each older one, through
+# every upgrade script in turn, to this version.
+release_commit() {
+    case $1 in
+        0.1.0) echo 2db22fd ;;
+        0.2.0) echo 51fe0f2 ;;
+        *) echo "no release $1" >&2; return 1 ;;
+    esac
+}
+EARLIER_RELEASES="0.1.0"
 
 # The build of release $1 (commit $2), for the upgrade tests and the upgrade script generator:
 # its library, control file and install script, built once per machine (and PostgreSQL version)
 # from git history and kept under $QUERYLAYER_CACHE (default ~/.cache/querylayer). Prints the
 # directory.
 previous_release() {
-    local version=${1:-$PREVIOUS_VERSION} commit=${2:-$PREVIOUS_COMMIT} cache pgver dir work lib ext
+    local version=${1:-$PREVIOUS_VERSION} commit cache pgver dir work lib ext
+    commit=${2:-$(release_commit "$version")}
     cache=${QUERYLAYER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/querylayer}
     pgver=$("$PG_CONFIG" --version | awk '{print $2}')
     dir=$cache/release-$version-$commit-pg$pgver
@@ -161,14 +173,15 @@ install_files() {
 }
 
 # The files of this version's querylayer installed in the PostgreSQL of pg_config $1: the
-# library, the control file, the install script and the upgrade scripts to this version.
+# library, the control file, the install script and the upgrade scripts (each release to the
+# next, so that any earlier release upgrades step by step to this one).
 extension_files() {
     local lib ext version
     lib=$("$1" --pkglibdir)
     ext=$("$1" --sharedir)/extension
     version=$(workspace_version)
     ls "$lib/querylayer.so" "$ext/querylayer.control" "$ext/querylayer--$version.sql"
-    compgen -G "$ext/querylayer--*--$version.sql" || true
+    compgen -G "$ext/querylayer--*--*.sql" || true
 }
 
 # The version being built (the workspace's; the control file takes it from Cargo).
