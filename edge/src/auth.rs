@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::db::ConnectionContext;
 use crate::error::Error;
-use crate::AppState;
+use crate::state::AppState;
 
 /// The SHA-256 of a presented secret: all the edge ever hands to the database. Its `Debug`
 /// prints nothing of it, so it cannot reach a log line by accident.

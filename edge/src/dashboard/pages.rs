@@ -20,7 +20,7 @@ use super::{
 use crate::auth::Fingerprint;
 use crate::db::Call;
 use crate::error::Error;
-use crate::AppState;
+use crate::state::AppState;
 
 type Params = Query<HashMap<String, String>>;
 

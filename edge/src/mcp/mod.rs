@@ -17,9 +17,6 @@ mod semantics;
 mod site;
 mod sources;
 
-pub use semantics::answer as semantics_answer;
-pub use semantics::answer_signed as semantics_answer_signed;
-
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,7 +42,8 @@ use crate::bulkhead::{Access, SiteLimits};
 use crate::config::HttpConfig;
 use crate::db::{parse, Answered, Call, Db, Idempotency, ToolAudit};
 use crate::error::{Error, TOOL_ERROR_META_KEY};
-use crate::{limits, AppState};
+use crate::limits;
+use crate::state::AppState;
 
 /// Which scopes make a tool visible in `tools/list` (any one of them suffices). Discovery
 /// only: the database checks the scope again at every call and refuses with `forbidden`.
