@@ -16,7 +16,7 @@ use querylayer_edge::compat;
 use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
 use querylayer_edge::ledger::{self, LedgerArgs};
-use querylayer_edge::mcp::QueryLayerMcp;
+use querylayer_edge::mcp::{self, QueryLayerMcp};
 use querylayer_edge::worker::{self, WorkerArgs};
 use querylayer_edge::{app, listener, shutdown_signal, AppState};
 
@@ -56,6 +56,9 @@ enum Command {
     /// Mint or verify `x-qg-envelope` headers.
     #[command(subcommand)]
     Envelope(commands::EnvelopeCommand),
+    /// Print the tool registry and the scope catalogue as JSON (read by the test tiers).
+    #[command(hide = true)]
+    Tools,
 }
 
 #[derive(Args, Debug)]
@@ -88,6 +91,10 @@ fn main() -> ExitCode {
                     "{}",
                     serde_json::to_string_pretty(&commands::tool_schemas(args.flavor)).expect("JSON")
                 );
+                0
+            }
+            Command::Tools => {
+                println!("{}", serde_json::to_string_pretty(&mcp::registry::to_json()).expect("JSON"));
                 0
             }
             Command::Envelope(command) => match commands::envelope(command) {
