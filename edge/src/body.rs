@@ -13,7 +13,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::error::Error;
+use crate::error::{Code, Error};
 use crate::state::AppState;
 use crate::strict_json::{self, Problem};
 
@@ -29,7 +29,7 @@ const INVALID_PARAMS: i32 = -32602;
 fn too_large() -> Error {
     Error::new(
         StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
+        Code::PayloadTooLarge,
         "the request body is larger than this edge accepts",
     )
     .with_hint("an operator sets the limit with --max-body-bytes")

@@ -23,7 +23,7 @@ use crate::auth::{bearer, Fingerprint};
 use crate::body::{MalformedBody, RequestDigest};
 use crate::bulkhead::Access;
 use crate::db::{Answered, Call, Idempotency, MemberContext};
-use crate::error::Error;
+use crate::error::{Code, Error};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -351,7 +351,7 @@ pub(crate) fn stale_refusal(proposal: &Value) -> Error {
         .collect();
     Error::new(
         StatusCode::CONFLICT,
-        "stale_request",
+        Code::StaleRequest,
         format!(
             "the request is stale and nothing changed: {}; the approval is recorded with its failed execution",
             problems.join("; ")

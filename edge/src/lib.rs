@@ -45,7 +45,7 @@ use axum::Router;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::error::Error;
+use crate::error::{Code, Error};
 pub use crate::state::{shutdown_signal, AppState};
 
 /// The whole HTTP surface, testable with `oneshot` without a socket.
@@ -100,7 +100,7 @@ fn explain(response: Response, mcp: bool) -> Response {
     let error = match status {
         StatusCode::PAYLOAD_TOO_LARGE => Error::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            Code::PayloadTooLarge,
             "the request body is larger than this edge accepts",
         )
         .with_hint("an operator sets the limit with --max-body-bytes"),
@@ -162,8 +162,8 @@ mod tests {
             assert_eq!(body["id"], serde_json::Value::Null);
         }
         // A JSON error from a handler, and any other status, pass through untouched.
-        let ours = Error::new(StatusCode::PAYLOAD_TOO_LARGE, "too_many_records", "x").into_response();
-        assert_eq!(code_of(explain(ours, false)).await.1["error"]["code"], "too_many_records");
+        let ours = Error::new(StatusCode::PAYLOAD_TOO_LARGE, Code::TooLarge, "x").into_response();
+        assert_eq!(code_of(explain(ours, false)).await.1["error"]["code"], "too_large");
         let teapot = Response::builder().status(StatusCode::IM_A_TEAPOT).body(Body::empty()).unwrap();
         assert_eq!(explain(teapot, true).status(), StatusCode::IM_A_TEAPOT);
     }

@@ -11,7 +11,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::auth::Principal;
-use crate::error::Error;
+use crate::error::{Code, Error};
 use crate::state::AppState;
 
 /// Rejects requests whose Host is not ours (403) or that come from a foreign browser Origin
@@ -29,7 +29,7 @@ pub async fn check_host_and_origin(State(state): State<AppState>, request: Reque
     };
     if !allow.host_allowed(&host) {
         tracing::warn!(host = %host, "refused a request for a host that is not allowed");
-        return Error::new(StatusCode::FORBIDDEN, "forbidden_host", "this Host is not served here")
+        return Error::new(StatusCode::FORBIDDEN, Code::ForbiddenHost, "this Host is not served here")
             .with_hint("an operator can allow it with --allowed-host")
             .into_response();
     }
@@ -39,7 +39,7 @@ pub async fn check_host_and_origin(State(state): State<AppState>, request: Reque
             tracing::warn!(origin = ?origin, "refused a request from an origin that is not allowed");
             return Error::new(
                 StatusCode::FORBIDDEN,
-                "forbidden_origin",
+                Code::ForbiddenOrigin,
                 "requests from this Origin are not accepted",
             )
             .with_hint("an operator can allow it with --allowed-origin")

@@ -15,6 +15,7 @@ use querylayer_edge::commands;
 use querylayer_edge::compat;
 use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
+use querylayer_edge::error::Code;
 use querylayer_edge::ledger::{self, LedgerArgs};
 use querylayer_edge::mcp::{self, QueryLayerMcp};
 use querylayer_edge::worker::{self, WorkerArgs};
@@ -181,7 +182,7 @@ async fn mcp_serve(args: McpServeArgs) -> Result<(), String> {
     // Fail fast on a dead secret; every call authenticates again anyway.
     let fingerprint = Fingerprint::of(&secret);
     if let Err(e) = db.authenticate(&fingerprint).await {
-        if e.code == "unauthenticated" {
+        if e.code == Code::Unauthenticated {
             db.record_failed_authentication(&fingerprint, "stdio").await;
         }
         return Err(format!("QUERYLAYER_TOKEN: {}", e.message));

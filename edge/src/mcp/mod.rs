@@ -42,7 +42,7 @@ use crate::auth::{self, Fingerprint, Principal};
 use crate::bulkhead::{Access, SiteLimits};
 use crate::config::HttpConfig;
 use crate::db::{parse, Answered, Call, Db, Idempotency, ToolAudit};
-use crate::error::{Error, TOOL_ERROR_META_KEY};
+use crate::error::{Code, Error, TOOL_ERROR_META_KEY};
 use crate::limits;
 use crate::state::AppState;
 use registry::visible;
@@ -242,7 +242,7 @@ impl QueryLayerMcp {
         match self.db.authenticate(fingerprint).await {
             Ok(context) => Ok(context.scopes),
             Err(e) => {
-                if e.code == "unauthenticated" {
+                if e.code == Code::Unauthenticated {
                     self.db.record_failed_authentication(fingerprint, "stdio").await;
                 }
                 Err(McpError::invalid_request(e.message, None))
@@ -280,7 +280,7 @@ impl QueryLayerMcp {
                 Ok(Json(value))
             }
             Err(error) => {
-                tracing::info!(tool, duration_ms, outcome = "error", code = error.code, "tool call");
+                tracing::info!(tool, duration_ms, outcome = "error", code = error.code.as_str(), "tool call");
                 if error.status.is_server_error() {
                     error.log(tool);
                 }
@@ -325,7 +325,7 @@ impl QueryLayerMcp {
                     connection_id,
                     duration_ms,
                     outcome = "error",
-                    code = error.code,
+                    code = error.code.as_str(),
                     "tool call"
                 );
                 if error.status.is_server_error() {
@@ -457,10 +457,10 @@ impl ServerHandler for QueryLayerMcp {
             "arguments must match the tool's inputSchema; the connection is bound to one site, \
              organization and agent, so no argument may name them",
         );
-        tracing::info!(tool, outcome = "error", code = error.code, "tool call");
+        tracing::info!(tool, outcome = "error", code = error.code.as_str(), "tool call");
         if let Some(fingerprint) = fingerprint {
             let audit = ToolAudit { tool, started };
-            self.db.record_refused_tool_call(&fingerprint, &audit, error.code).await;
+            self.db.record_refused_tool_call(&fingerprint, &audit, error.code.as_str()).await;
         }
         Ok(error.into_tool_result().into())
     }

@@ -224,7 +224,7 @@ fn failed(what: &str, e: &Error) {
     if e.status.is_server_error() {
         e.log(what);
     } else {
-        tracing::error!(code = e.code, message = %e.message, "{what} failed");
+        tracing::error!(code = e.code.as_str(), message = %e.message, "{what} failed");
     }
 }
 
