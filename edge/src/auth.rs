@@ -13,8 +13,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::db::ConnectionContext;
-use crate::error::Error;
-use crate::AppState;
+use crate::error::{Code, Error};
+use crate::state::AppState;
 
 /// The SHA-256 of a presented secret: all the edge ever hands to the database. Its `Debug`
 /// prints nothing of it, so it cannot reach a log line by accident.
@@ -70,7 +70,7 @@ pub async fn require_connection(State(state): State<AppState>, mut request: Requ
             request.extensions_mut().insert(Principal { fingerprint, context });
             next.run(request).await
         }
-        Err(e) if e.code == "unauthenticated" => {
+        Err(e) if e.code == Code::Unauthenticated => {
             state.db.record_failed_authentication(&fingerprint, "mcp").await;
             challenge(&state, Error::unauthenticated())
         }

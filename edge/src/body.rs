@@ -11,11 +11,11 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::error::Error;
+use crate::error::{Code, Error};
+use crate::state::AppState;
 use crate::strict_json::{self, Problem};
-use crate::AppState;
 
 /// The JSON-RPC id of the `/mcp` request being served (None: a notification, or unreadable).
 #[derive(Clone, Debug, Default)]
@@ -29,10 +29,25 @@ const INVALID_PARAMS: i32 = -32602;
 fn too_large() -> Error {
     Error::new(
         StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
+        Code::PayloadTooLarge,
         "the request body is larger than this edge accepts",
     )
     .with_hint("an operator sets the limit with --max-body-bytes")
+}
+
+/// The SHA-256 of a console request (method, path, canonical JSON body), for its idempotency key.
+#[derive(Clone, Copy)]
+pub struct RequestDigest(pub [u8; 32]);
+
+impl RequestDigest {
+    pub fn of(method: &str, path: &str, body: &[u8]) -> Self {
+        use sha2::{Digest, Sha256};
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let canonical = querylayer_envelope::canonical::canonical_json_value(
+            &json!({ "method": method, "path": path, "body": body }),
+        );
+        RequestDigest(Sha256::digest(canonical.as_bytes()).into())
+    }
 }
 
 /// Reads the whole body within the limit: Err(413) past it, Err(400) when the client breaks off.
@@ -81,11 +96,7 @@ pub async fn strict_body(State(state): State<AppState>, request: Request, next: 
         }
     }
     if console {
-        parts.extensions.insert(crate::console::RequestDigest::of(
-            parts.method.as_str(),
-            parts.uri.path(),
-            &bytes,
-        ));
+        parts.extensions.insert(RequestDigest::of(parts.method.as_str(), parts.uri.path(), &bytes));
     }
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }

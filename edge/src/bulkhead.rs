@@ -124,7 +124,7 @@ mod tests {
         let w1 = limits.acquire("a", Access::Write).await.unwrap();
         let _w2 = limits.acquire("a", Access::Write).await.unwrap();
         let refused = limits.acquire("a", Access::Write).await.unwrap_err();
-        assert_eq!((refused.code, refused.is_retryable()), ("overloaded", true));
+        assert_eq!((refused.code, refused.is_retryable()), (crate::error::Code::Overloaded, true));
         // Reads of the same site and writes of another site have their own permits.
         let _r = limits.acquire("a", Access::Read).await.unwrap();
         let _b = limits.acquire("b", Access::Write).await.unwrap();

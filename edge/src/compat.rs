@@ -78,7 +78,10 @@ pub async fn require(db: &Db) -> Result<(), String> {
             }
         },
         Err(e) => {
-            tracing::warn!(code = e.code, "the database does not answer yet; /readyz says so until it does");
+            tracing::warn!(
+                code = e.code.as_str(),
+                "the database does not answer yet; /readyz says so until it does"
+            );
             Ok(())
         }
     }

@@ -20,11 +20,11 @@ use uuid::Uuid;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::auth::{bearer, Fingerprint};
-use crate::body::MalformedBody;
+use crate::body::{MalformedBody, RequestDigest};
 use crate::bulkhead::Access;
 use crate::db::{Answered, Call, Idempotency, MemberContext};
-use crate::error::Error;
-use crate::AppState;
+use crate::error::{Code, Error};
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -76,21 +76,6 @@ pub struct Member {
     /// token holds, like any malformed input.
     idempotency: Result<Option<Idempotency>, Error>,
     replayed: AtomicBool,
-}
-
-/// The SHA-256 of a console request (method, path, canonical JSON body), for its idempotency key.
-#[derive(Clone, Copy)]
-pub struct RequestDigest(pub [u8; 32]);
-
-impl RequestDigest {
-    pub fn of(method: &str, path: &str, body: &[u8]) -> Self {
-        use sha2::{Digest, Sha256};
-        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        let canonical = querylayer_envelope::canonical::canonical_json_value(
-            &json!({ "method": method, "path": path, "body": body }),
-        );
-        RequestDigest(Sha256::digest(canonical.as_bytes()).into())
-    }
 }
 
 /// The header that makes a console write safe to retry.
@@ -366,7 +351,7 @@ pub(crate) fn stale_refusal(proposal: &Value) -> Error {
         .collect();
     Error::new(
         StatusCode::CONFLICT,
-        "stale_request",
+        Code::StaleRequest,
         format!(
             "the request is stale and nothing changed: {}; the approval is recorded with its failed execution",
             problems.join("; ")

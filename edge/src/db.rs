@@ -15,7 +15,7 @@ use tokio_postgres::NoTls;
 use uuid::Uuid;
 
 use crate::auth::Fingerprint;
-use crate::error::Error;
+use crate::error::{Code, Error};
 
 type Param = Box<dyn ToSql + Sync + Send>;
 
@@ -316,7 +316,7 @@ impl Db {
             Err(Refusal::Authentication(e)) => {
                 drop(client);
                 let error = Error::from_db(&e);
-                if error.code == "unauthenticated" {
+                if error.code == Code::Unauthenticated {
                     self.record_failed_authentication(fingerprint, "mcp").await;
                 }
                 Err(error)
@@ -324,7 +324,7 @@ impl Db {
             Err(Refusal::Call(e)) | Err(Refusal::Other(e)) => {
                 drop(client);
                 let error = Error::from_db(&e);
-                self.record_refused_tool_call(fingerprint, audit, error.code).await;
+                self.record_refused_tool_call(fingerprint, audit, error.code.as_str()).await;
                 Err(error)
             }
         }
@@ -370,12 +370,12 @@ impl Db {
         drop(client);
         match outcome {
             Ok(value) => Ok(value),
-            Err(error) if error.code == "unauthenticated" => {
+            Err(error) if error.code == Code::Unauthenticated => {
                 self.record_failed_authentication(fingerprint, "mcp").await;
                 Err(error)
             }
             Err(error) => {
-                self.record_refused_tool_call(fingerprint, audit, error.code).await;
+                self.record_refused_tool_call(fingerprint, audit, error.code.as_str()).await;
                 Err(error)
             }
         }
@@ -488,7 +488,7 @@ impl Db {
             Ok(value) => Ok(value),
             Err(MemberRefusal::Authentication(e)) => {
                 let error = Error::from_db(&e);
-                if error.code == "unauthenticated" {
+                if error.code == Code::Unauthenticated {
                     self.record_failed_member_authentication(fingerprint, "console").await;
                 }
                 Err(error)

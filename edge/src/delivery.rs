@@ -20,7 +20,7 @@ use crate::auth::{bearer, Fingerprint};
 use crate::bulkhead::Access;
 use crate::db::Call;
 use crate::error::Error;
-use crate::AppState;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -7,29 +7,166 @@ use axum::response::{IntoResponse, Response};
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::{json, Value};
 
+/// Every machine-readable code a client may receive (`error.code`, `data.code`). The first
+/// group comes from the database through the SQLSTATE table below; the second is the edge's own
+/// refusals and faults, each documented once in docs/errors.md ("The edge's own codes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    // From SQLSTATEs (the rows and classes below).
+    Unauthenticated,
+    ReadOnly,
+    NotAuthenticated,
+    Forbidden,
+    NotFound,
+    Conflict,
+    RunFinished,
+    InvalidState,
+    Immutable,
+    TooLarge,
+    Busy,
+    IdempotencyKeyReused,
+    LedgerBroken,
+    InvalidArgument,
+    PermissionDenied,
+    Timeout,
+    Unavailable,
+    Internal,
+    // The edge's own.
+    ForbiddenHost,
+    ForbiddenOrigin,
+    PayloadTooLarge,
+    RateLimited,
+    Overloaded,
+    RequestTimeout,
+    Upstream,
+    StaleRequest,
+    CrossSite,
+    Csrf,
+}
+
+impl Code {
+    /// Every code, in declaration order.
+    pub const ALL: &'static [Code] = &[
+        Code::Unauthenticated,
+        Code::ReadOnly,
+        Code::NotAuthenticated,
+        Code::Forbidden,
+        Code::NotFound,
+        Code::Conflict,
+        Code::RunFinished,
+        Code::InvalidState,
+        Code::Immutable,
+        Code::TooLarge,
+        Code::Busy,
+        Code::IdempotencyKeyReused,
+        Code::LedgerBroken,
+        Code::InvalidArgument,
+        Code::PermissionDenied,
+        Code::Timeout,
+        Code::Unavailable,
+        Code::Internal,
+        Code::ForbiddenHost,
+        Code::ForbiddenOrigin,
+        Code::PayloadTooLarge,
+        Code::RateLimited,
+        Code::Overloaded,
+        Code::RequestTimeout,
+        Code::Upstream,
+        Code::StaleRequest,
+        Code::CrossSite,
+        Code::Csrf,
+    ];
+
+    /// The stable spelling clients branch on.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Code::Unauthenticated => "unauthenticated",
+            Code::ReadOnly => "read_only",
+            Code::NotAuthenticated => "not_authenticated",
+            Code::Forbidden => "forbidden",
+            Code::NotFound => "not_found",
+            Code::Conflict => "conflict",
+            Code::RunFinished => "run_finished",
+            Code::InvalidState => "invalid_state",
+            Code::Immutable => "immutable",
+            Code::TooLarge => "too_large",
+            Code::Busy => "busy",
+            Code::IdempotencyKeyReused => "idempotency_key_reused",
+            Code::LedgerBroken => "ledger_broken",
+            Code::InvalidArgument => "invalid_argument",
+            Code::PermissionDenied => "permission_denied",
+            Code::Timeout => "timeout",
+            Code::Unavailable => "unavailable",
+            Code::Internal => "internal",
+            Code::ForbiddenHost => "forbidden_host",
+            Code::ForbiddenOrigin => "forbidden_origin",
+            Code::PayloadTooLarge => "payload_too_large",
+            Code::RateLimited => "rate_limited",
+            Code::Overloaded => "overloaded",
+            Code::RequestTimeout => "request_timeout",
+            Code::Upstream => "upstream",
+            Code::StaleRequest => "stale_request",
+            Code::CrossSite => "cross_site",
+            Code::Csrf => "csrf",
+        }
+    }
+
+    /// The code spelled `code` (as read back from an error object).
+    pub fn parse(code: &str) -> Option<Code> {
+        Code::ALL.iter().copied().find(|c| c.as_str() == code)
+    }
+
+    /// "Nothing was decided against you: try again later". A write that may have committed
+    /// before the failure (a timeout, a lost connection) is safe to retry with the same
+    /// idempotency key.
+    pub const fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Code::Busy
+                | Code::Unavailable
+                | Code::Overloaded
+                | Code::Timeout
+                | Code::RequestTimeout
+                | Code::RateLimited
+        )
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// SQLSTATE → (code, HTTP status). The governed functions raise these (docs/errors.md); the
 /// edge never invents a refusal of its own beyond the few edge-level codes below. A 5xx row names
 /// the code clients receive (`from_db` answers every other 5xx as `internal`). `25000` (a second
 /// authentication in one transaction, a prepared transaction with a request context) has no row:
 /// every transaction of the edge authenticates once and none is prepared, so meeting it is a
 /// defect of the edge, answered `internal` with the detail in the log.
-const SQLSTATES: &[(&str, &str, u16)] = &[
-    ("28000", "unauthenticated", 401),
-    ("25006", "read_only", 403),
-    ("QL401", "not_authenticated", 401),
-    ("QL403", "forbidden", 403),
-    ("QL404", "not_found", 404),
-    ("QL409", "conflict", 409),
-    ("QL410", "run_finished", 410),
-    ("QL422", "invalid_state", 422),
-    ("QL423", "immutable", 423),
-    ("QL413", "too_large", 413),
-    ("QL503", "busy", 503),
-    ("QLI09", "idempotency_key_reused", 409),
-    ("QLL09", "ledger_broken", 409),
-    ("55P03", "busy", 503),
-    ("22023", "invalid_argument", 400),
-    ("42501", "permission_denied", 403),
+const SQLSTATES: &[(&str, Code, u16)] = &[
+    ("28000", Code::Unauthenticated, 401),
+    ("25006", Code::ReadOnly, 403),
+    ("QL401", Code::NotAuthenticated, 401),
+    ("QL403", Code::Forbidden, 403),
+    ("QL404", Code::NotFound, 404),
+    ("QL409", Code::Conflict, 409),
+    ("QL410", Code::RunFinished, 410),
+    ("QL422", Code::InvalidState, 422),
+    ("QL423", Code::Immutable, 423),
+    ("QL413", Code::TooLarge, 413),
+    ("QL503", Code::Busy, 503),
+    ("QLI09", Code::IdempotencyKeyReused, 409),
+    ("QLL09", Code::LedgerBroken, 409),
+    ("55P03", Code::Busy, 503),
+    ("22023", Code::InvalidArgument, 400),
+    ("42501", Code::PermissionDenied, 403),
 ];
 
 /// The JSON-RPC error code of every "retry later" answer on `/mcp` (the database unavailable or
@@ -40,37 +177,32 @@ const SQLSTATES: &[(&str, &str, u16)] = &[
 /// can read rather than as a transport failure (docs/errors.md).
 pub const RETRY_LATER: i32 = -32010;
 
-/// The edge codes that mean "nothing was decided against you: try again later". A write that
-/// may have committed before the failure (a timeout, a lost connection) is safe to retry with
-/// the same idempotency key.
-const RETRYABLE: &[&str] =
-    &["busy", "unavailable", "overloaded", "timeout", "request_timeout", "rate_limited"];
-
+/// Whether the code spelled `code` means "retry later" (`Code::is_retryable`).
 pub fn is_retryable_code(code: &str) -> bool {
-    RETRYABLE.contains(&code)
+    Code::parse(code).is_some_and(Code::is_retryable)
 }
 
 /// SQLSTATEs without an entry above, by prefix (first match wins): PostgreSQL's own data errors
 /// (a malformed value that reached a cast), integrity violations, statement timeouts, and the
 /// database being busy or unavailable.
-const SQLSTATE_CLASSES: &[(&str, &str, u16)] = &[
-    ("22", "invalid_argument", 400),
-    ("23", "conflict", 409),
-    ("40", "busy", 503),
-    ("53", "unavailable", 503),
-    ("08", "unavailable", 503),
-    ("57014", "timeout", 504),
-    ("57", "unavailable", 503),
+const SQLSTATE_CLASSES: &[(&str, Code, u16)] = &[
+    ("22", Code::InvalidArgument, 400),
+    ("23", Code::Conflict, 409),
+    ("40", Code::Busy, 503),
+    ("53", Code::Unavailable, 503),
+    ("08", Code::Unavailable, 503),
+    ("57014", Code::Timeout, 504),
+    ("57", Code::Unavailable, 503),
 ];
 
 /// The code and status of a SQLSTATE: its row, else its class, else `internal` (500).
-fn classify(sqlstate: &str) -> (&'static str, StatusCode) {
+fn classify(sqlstate: &str) -> (Code, StatusCode) {
     SQLSTATES
         .iter()
         .find(|(s, _, _)| *s == sqlstate)
         .or_else(|| SQLSTATE_CLASSES.iter().find(|(class, _, _)| sqlstate.starts_with(class)))
         .map(|(_, code, status)| (*code, StatusCode::from_u16(*status).expect("valid status")))
-        .unwrap_or(("internal", StatusCode::INTERNAL_SERVER_ERROR))
+        .unwrap_or((Code::Internal, StatusCode::INTERNAL_SERVER_ERROR))
 }
 
 /// What an integrity violation (SQLSTATE class 23) means to a caller, without the internal
@@ -92,7 +224,7 @@ pub const TOOL_ERROR_META_KEY: &str = "querylayer/error";
 #[derive(Debug)]
 pub struct Error {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: Code,
     pub message: String,
     pub hint: Option<String>,
     /// For the log only; never sent to a client.
@@ -101,7 +233,7 @@ pub struct Error {
 }
 
 impl Error {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: Code, message: impl Into<String>) -> Self {
         Error { status, code, message: message.into(), hint: None, detail: None, retry_after_secs: None }
     }
 
@@ -112,23 +244,23 @@ impl Error {
 
     /// Missing, malformed, unknown, revoked and expired credentials all look like this.
     pub fn unauthenticated() -> Self {
-        Error::new(StatusCode::UNAUTHORIZED, "unauthenticated", "authentication failed").with_hint(
+        Error::new(StatusCode::UNAUTHORIZED, Code::Unauthenticated, "authentication failed").with_hint(
             "send the credential as `Authorization: Bearer <secret>`; an operator can issue a new one",
         )
     }
 
     pub fn invalid_argument(message: impl Into<String>) -> Self {
-        Error::new(StatusCode::BAD_REQUEST, "invalid_argument", message)
+        Error::new(StatusCode::BAD_REQUEST, Code::InvalidArgument, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Error::new(StatusCode::NOT_FOUND, "not_found", message)
+        Error::new(StatusCode::NOT_FOUND, Code::NotFound, message)
     }
 
     pub fn rate_limited(retry_after_secs: u64) -> Self {
         let mut e = Error::new(
             StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
+            Code::RateLimited,
             format!("too many requests for this credential; retry in {retry_after_secs} s"),
         );
         e.retry_after_secs = Some(retry_after_secs);
@@ -137,7 +269,7 @@ impl Error {
 
     /// A 5xx whose body is opaque; the detail goes to the log.
     pub fn internal(detail: impl Into<String>) -> Self {
-        let mut e = Error::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error");
+        let mut e = Error::new(StatusCode::INTERNAL_SERVER_ERROR, Code::Internal, "internal error");
         e.detail = Some(detail.into());
         e
     }
@@ -146,7 +278,7 @@ impl Error {
     pub fn upstream(detail: impl Into<String>) -> Self {
         let mut e = Error::new(
             StatusCode::BAD_GATEWAY,
-            "upstream",
+            Code::Upstream,
             "the configured language model failed; retry later",
         );
         e.detail = Some(detail.into());
@@ -155,7 +287,7 @@ impl Error {
 
     /// The edge sheds load: a site's share of the pool, or the connection limit, is used up.
     pub fn overloaded(message: impl Into<String>, retry_after_secs: u64) -> Self {
-        let mut e = Error::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message);
+        let mut e = Error::new(StatusCode::SERVICE_UNAVAILABLE, Code::Overloaded, message);
         e.retry_after_secs = Some(retry_after_secs);
         e.hint = Some("retry after `retry_after` seconds (a write with the same idempotency key)".into());
         e
@@ -165,7 +297,7 @@ impl Error {
     pub fn request_timeout() -> Self {
         let mut e = Error::new(
             StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
+            Code::RequestTimeout,
             "the request took longer than this edge allows; it may or may not have taken effect",
         )
         .with_hint("retry (a write with the same idempotency key); an operator sets the limit with --request-timeout-secs");
@@ -175,7 +307,7 @@ impl Error {
 
     /// Whether a client should retry this later (see `RETRYABLE`).
     pub fn is_retryable(&self) -> bool {
-        is_retryable_code(self.code)
+        self.code.is_retryable()
     }
 
     pub fn retry_after_secs(&self) -> Option<u64> {
@@ -185,7 +317,7 @@ impl Error {
     pub fn unavailable(detail: impl Into<String>) -> Self {
         let mut e = Error::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
+            Code::Unavailable,
             "the database is unavailable; retry later",
         );
         e.detail = Some(detail.into());
@@ -204,19 +336,21 @@ impl Error {
         let detail = format!("SQLSTATE {sqlstate}: {}", db.message());
         if status.is_server_error() {
             let mut e = match (code, sqlstate) {
-                ("busy", "QL503") => Error::new(
+                (Code::Busy, "QL503") => Error::new(
                     status,
                     code,
                     "this site's history is held by another transaction; retry shortly",
                 )
                 .with_hint("retry the call (a write with the same idempotency key)"),
-                ("busy", _) => Error::new(status, code, "the database is busy; retry the call"),
-                ("timeout", _) => {
+                (Code::Busy, _) => Error::new(status, code, "the database is busy; retry the call"),
+                (Code::Timeout, _) => {
                     Error::new(status, code, "the database call took too long; it did not take effect")
                         .with_hint("retry later; an operator sets the limit with --statement-timeout-secs")
                 }
-                ("unavailable", _) => Error::new(status, code, "the database is unavailable; retry later"),
-                _ => Error::new(status, "internal", "internal error"),
+                (Code::Unavailable, _) => {
+                    Error::new(status, code, "the database is unavailable; retry later")
+                }
+                _ => Error::new(status, Code::Internal, "internal error"),
             };
             e.detail = Some(detail);
             if e.is_retryable() {
@@ -294,12 +428,12 @@ impl Error {
     /// Writes the server-side record of this error (the detail, never a credential).
     pub fn log(&self, what: &str) {
         if self.is_retryable() {
-            tracing::warn!(code = self.code, status = self.status.as_u16(), detail = ?self.detail, "{what} deferred");
+            tracing::warn!(code = self.code.as_str(), status = self.status.as_u16(), detail = ?self.detail, "{what} deferred");
         } else if self.status.is_server_error() {
-            tracing::error!(code = self.code, status = self.status.as_u16(), detail = ?self.detail, "{what} failed");
+            tracing::error!(code = self.code.as_str(), status = self.status.as_u16(), detail = ?self.detail, "{what} failed");
         } else {
             // Not the message: it may quote the caller's input (a refused value, a parse error).
-            tracing::info!(code = self.code, status = self.status.as_u16(), "{what} refused");
+            tracing::info!(code = self.code.as_str(), status = self.status.as_u16(), "{what} refused");
         }
     }
 
@@ -362,8 +496,43 @@ mod tests {
             let row = format!("| `{sqlstate}` | `{code}` |");
             assert!(doc.contains(&row), "docs/errors.md lacks the row {row}");
         }
-        let documented = doc.lines().filter(|l| l.starts_with("| `")).count();
+        let documented =
+            doc.lines().filter(|l| l.starts_with("| `") && l.len() > 9 && &l[8..11] == "` |").count();
         assert_eq!(documented, SQLSTATES.len(), "docs/errors.md and the SQLSTATE table disagree");
+    }
+
+    /// The codes that reach clients without a row of their own in the SQLSTATE table: the
+    /// classes' and the edge's own.
+    fn own_codes() -> Vec<Code> {
+        Code::ALL.iter().copied().filter(|c| !SQLSTATES.iter().any(|(_, code, _)| code == c)).collect()
+    }
+
+    #[test]
+    fn every_code_is_documented_once() {
+        let doc = include_str!("../../docs/errors.md");
+        let section =
+            &doc[doc.find("\n## The edge's own codes\n").expect("docs/errors.md: the edge's own codes")..];
+        let rows: Vec<&str> = section
+            .lines()
+            .skip_while(|l| !l.starts_with("| code |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        for code in own_codes() {
+            let row = format!("| `{code}` |");
+            let times = doc.lines().filter(|l| l.starts_with(&row)).count();
+            assert_eq!(times, 1, "docs/errors.md: {code} needs exactly one row in \"The edge's own codes\"");
+            let status = rows.iter().find(|l| l.starts_with(&row)).expect("in the section");
+            // Codes the table or a class gives: the status column says which.
+            let mapped = SQLSTATE_CLASSES.iter().find(|(_, c, _)| *c == code).map(|(_, _, s)| *s);
+            if let Some(mapped) = mapped {
+                assert!(status.contains(&mapped.to_string()), "{code}: {status} lacks {mapped}");
+            }
+        }
+        assert_eq!(rows.len(), own_codes().len(), "docs/errors.md lists a code the edge does not have");
+        for code in Code::ALL {
+            assert_eq!(Code::parse(code.as_str()), Some(*code));
+        }
     }
 
     /// Standard PostgreSQL SQLSTATEs the SQL raises on purpose that neither have a row nor fall
@@ -465,7 +634,11 @@ mod tests {
                 raised.contains(*sqlstate),
                 "{sqlstate} is no longer raised: drop it from the allow-list"
             );
-            assert_eq!(classify(sqlstate).0, "internal", "{sqlstate} ({reason}) no longer falls to internal");
+            assert_eq!(
+                classify(sqlstate).0,
+                Code::Internal,
+                "{sqlstate} ({reason}) no longer falls to internal"
+            );
             assert!(doc.contains(&format!("`{sqlstate}`")), "docs/errors.md does not mention {sqlstate}");
         }
     }
@@ -476,16 +649,16 @@ mod tests {
         for (sqlstate, code, status) in SQLSTATES.iter().chain(SQLSTATE_CLASSES) {
             if *status >= 500 {
                 assert!(
-                    ["busy", "timeout", "unavailable"].contains(code),
+                    [Code::Busy, Code::Timeout, Code::Unavailable].contains(code),
                     "{sqlstate}: {code} is never sent"
                 );
             }
         }
-        assert_eq!(classify("25000"), ("internal", StatusCode::INTERNAL_SERVER_ERROR));
-        assert_eq!(classify("42P06"), ("internal", StatusCode::INTERNAL_SERVER_ERROR));
-        assert_eq!(classify("40001"), ("busy", StatusCode::SERVICE_UNAVAILABLE));
-        assert_eq!(classify("57014"), ("timeout", StatusCode::GATEWAY_TIMEOUT));
-        assert_eq!(classify("25006"), ("read_only", StatusCode::FORBIDDEN));
+        assert_eq!(classify("25000"), (Code::Internal, StatusCode::INTERNAL_SERVER_ERROR));
+        assert_eq!(classify("42P06"), (Code::Internal, StatusCode::INTERNAL_SERVER_ERROR));
+        assert_eq!(classify("40001"), (Code::Busy, StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(classify("57014"), (Code::Timeout, StatusCode::GATEWAY_TIMEOUT));
+        assert_eq!(classify("25006"), (Code::ReadOnly, StatusCode::FORBIDDEN));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -17,9 +17,13 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
 use crate::compat::Compatibility;
-use crate::AppState;
 
-pub fn router() -> Router<AppState> {
+/// `/healthz` and `/readyz` for any state that hands out the readiness check (`AppState`).
+pub fn router<S>() -> Router<S>
+where
+    Arc<Readiness>: FromRef<S>,
+    S: Clone + Send + Sync + 'static,
+{
     Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz))
 }
 
@@ -146,8 +150,8 @@ fn judge(compat: &Compatibility, health: Option<&Value>) -> (bool, Value) {
     (ready, report)
 }
 
-async fn readyz(State(state): State<AppState>) -> Response {
-    let (ready, report) = state.readiness.check().await;
+async fn readyz(State(readiness): State<Arc<Readiness>>) -> Response {
+    let (ready, report) = readiness.check().await;
     if ready {
         Json(report).into_response()
     } else {

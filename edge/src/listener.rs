@@ -152,7 +152,10 @@ impl Admission {
 fn shed_response() -> &'static [u8] {
     static RESPONSE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     RESPONSE.get_or_init(|| {
-        let body = r#"{"error":{"code":"overloaded","message":"too many connections; retry shortly","retry_after":1}}"#;
+        let code = crate::error::Code::Overloaded;
+        let body = format!(
+            r#"{{"error":{{"code":"{code}","message":"too many connections; retry shortly","retry_after":1}}}}"#
+        );
         format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n\
              connection: close\r\ncontent-length: {}\r\n\r\n{body}",

@@ -15,8 +15,9 @@ use querylayer_edge::commands;
 use querylayer_edge::compat;
 use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
+use querylayer_edge::error::Code;
 use querylayer_edge::ledger::{self, LedgerArgs};
-use querylayer_edge::mcp::QueryLayerMcp;
+use querylayer_edge::mcp::{self, QueryLayerMcp};
 use querylayer_edge::worker::{self, WorkerArgs};
 use querylayer_edge::{app, listener, shutdown_signal, AppState};
 
@@ -56,6 +57,9 @@ enum Command {
     /// Mint or verify `x-qg-envelope` headers.
     #[command(subcommand)]
     Envelope(commands::EnvelopeCommand),
+    /// Print the tool registry and the scope catalogue as JSON (read by the test tiers).
+    #[command(hide = true)]
+    Tools,
 }
 
 #[derive(Args, Debug)]
@@ -88,6 +92,10 @@ fn main() -> ExitCode {
                     "{}",
                     serde_json::to_string_pretty(&commands::tool_schemas(args.flavor)).expect("JSON")
                 );
+                0
+            }
+            Command::Tools => {
+                println!("{}", serde_json::to_string_pretty(&mcp::registry::to_json()).expect("JSON"));
                 0
             }
             Command::Envelope(command) => match commands::envelope(command) {
@@ -174,7 +182,7 @@ async fn mcp_serve(args: McpServeArgs) -> Result<(), String> {
     // Fail fast on a dead secret; every call authenticates again anyway.
     let fingerprint = Fingerprint::of(&secret);
     if let Err(e) = db.authenticate(&fingerprint).await {
-        if e.code == "unauthenticated" {
+        if e.code == Code::Unauthenticated {
             db.record_failed_authentication(&fingerprint, "stdio").await;
         }
         return Err(format!("QUERYLAYER_TOKEN: {}", e.message));

@@ -15,11 +15,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::answer::answer_signed;
 use crate::body::MalformedBody;
 use crate::db::{Call, EnvelopeOutcome};
 use crate::error::Error;
-use crate::mcp::semantics_answer_signed;
-use crate::AppState;
+use crate::state::AppState;
 
 pub const ENVELOPE_HEADER: &str = "x-qg-envelope";
 
@@ -152,7 +152,7 @@ async fn answer(
                 "the body must be {{\"question\", \"purpose\"?, \"dialect\"?}}: {e}"
             ))
         })?;
-        semantics_answer_signed(tx, llm.as_ref(), body).await
+        answer_signed(tx, llm.as_ref(), body).await
     })
     .await
 }

@@ -28,7 +28,7 @@ use crate::auth::Fingerprint;
 use crate::bulkhead::Access;
 use crate::db::Call;
 use crate::error::Error;
-use crate::AppState;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

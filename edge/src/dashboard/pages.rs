@@ -19,8 +19,8 @@ use super::{
 };
 use crate::auth::Fingerprint;
 use crate::db::Call;
-use crate::error::Error;
-use crate::AppState;
+use crate::error::{Code, Error};
+use crate::state::AppState;
 
 type Params = Query<HashMap<String, String>>;
 
@@ -86,7 +86,7 @@ async fn show(
 /// The common start of an action: same origin, a session, its CSRF token.
 fn guard<'a>(state: &AppState, headers: &HeaderMap, form: &'a Form) -> Result<(String, &'a str), Response> {
     if !same_origin(headers) {
-        let e = Error::new(StatusCode::FORBIDDEN, "cross_site", "a request from another site was refused")
+        let e = Error::new(StatusCode::FORBIDDEN, Code::CrossSite, "a request from another site was refused")
             .with_hint("use the dashboard's own pages");
         return Err(error_page(state, None, &e, "/"));
     }
@@ -94,7 +94,7 @@ fn guard<'a>(state: &AppState, headers: &HeaderMap, form: &'a Form) -> Result<(S
         return Err(to_sign_in(state));
     };
     let Some(csrf) = form.get("csrf_token").filter(|t| !t.is_empty()) else {
-        let e = Error::new(StatusCode::FORBIDDEN, "csrf", "the form carried no CSRF token")
+        let e = Error::new(StatusCode::FORBIDDEN, Code::Csrf, "the form carried no CSRF token")
             .with_hint("reload the page and submit its form again");
         return Err(error_page(state, None, &e, "/"));
     };
@@ -153,7 +153,7 @@ pub async fn sign_in_form(params: Params) -> Response {
 pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let form = Form::parse(&body);
     if !same_origin(&headers) {
-        let e = Error::new(StatusCode::FORBIDDEN, "cross_site", "a sign-in from another site was refused");
+        let e = Error::new(StatusCode::FORBIDDEN, Code::CrossSite, "a sign-in from another site was refused");
         return error_page(&state, None, &e, "/sign-in");
     }
     let site = form.text("site").unwrap_or_default();
@@ -255,7 +255,7 @@ async fn invite_again(state: &AppState, token: &str, message: String) -> Respons
 pub async fn accept_invite(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let form = Form::parse(&body);
     if !same_origin(&headers) {
-        let e = Error::new(StatusCode::FORBIDDEN, "cross_site", "a request from another site was refused");
+        let e = Error::new(StatusCode::FORBIDDEN, Code::CrossSite, "a request from another site was refused");
         return error_page(&state, None, &e, "/sign-in");
     }
     let token = form.text("token").unwrap_or_default();

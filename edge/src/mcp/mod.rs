@@ -12,13 +12,11 @@ mod evidence;
 mod forms;
 mod proposals;
 mod reading;
+pub mod registry;
 mod runs;
 mod semantics;
 mod site;
 mod sources;
-
-pub use semantics::answer as semantics_answer;
-pub use semantics::answer_signed as semantics_answer_signed;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,53 +42,10 @@ use crate::auth::{self, Fingerprint, Principal};
 use crate::bulkhead::{Access, SiteLimits};
 use crate::config::HttpConfig;
 use crate::db::{parse, Answered, Call, Db, Idempotency, ToolAudit};
-use crate::error::{Error, TOOL_ERROR_META_KEY};
-use crate::{limits, AppState};
-
-/// Which scopes make a tool visible in `tools/list` (any one of them suffices). Discovery
-/// only: the database checks the scope again at every call and refuses with `forbidden`.
-pub const TOOL_SCOPES: &[(&str, &[&str])] = &[
-    ("querylayer_site_context", &["site:read"]),
-    ("querylayer_list_content", &["content:read"]),
-    // Reading content (revisions, history, templates).
-    ("querylayer_get_revision", &["content:read"]),
-    ("querylayer_list_revisions", &["content:read"]),
-    ("querylayer_list_templates", &["content:read"]),
-    ("querylayer_create_draft", &["content:write"]),
-    ("querylayer_begin_run", &["runs:write"]),
-    ("querylayer_record_artifact", &["runs:write"]),
-    ("querylayer_finish_run", &["runs:write"]),
-    ("querylayer_list_proposals", &["content:read"]),
-    ("querylayer_create_proposal", &["content:write", "topical-map:write", "publish:request"]),
-    ("querylayer_request_publish_approval", &["publish:request"]),
-    // The Agent Console (docs/console.md).
-    ("querylayer_claim_console_task", &["runs:write"]),
-    ("querylayer_create_task_plan", &["runs:write"]),
-    ("querylayer_complete_console_task", &["runs:write"]),
-    // Editorial planning.
-    ("querylayer_list_topical_map", &["topical-map:read"]),
-    ("querylayer_list_topical_strategy_opportunities", &["topical-map:read"]),
-    ("querylayer_propose_topical_strategy_opportunities", &["topical-map:write"]),
-    ("querylayer_list_content_briefs", &["content:read"]),
-    ("querylayer_propose_content_brief_draft", &["content:write"]),
-    ("querylayer_stage_content_source_package", &["content:write"]),
-    ("querylayer_list_content_source_packages", &["content:read"]),
-    ("querylayer_list_content_source_records", &["content:read"]),
-    ("querylayer_propose_content_source_draft", &["content:write"]),
-    ("querylayer_record_claim_evidence", &["content:write"]),
-    ("querylayer_list_evidence", &["content:read"]),
-    ("querylayer_list_evidence_reverification", &["content:read"]),
-    ("querylayer_form_screening_metrics", &["site:read"]),
-    // QueryGraph's semantic surface (the plane of sql/140_semantics.sql).
-    ("search_semantic_model", &["content:read"]),
-    ("resolve_metric", &["content:read"]),
-    ("check_access", &["content:read"]),
-    ("build_navigator_bundle", &["content:read"]),
-    ("answer_question", &["content:read"]),
-    ("run_qglake_story", &["content:read"]),
-    ("import_semantic_model", &["content:write"]),
-    ("verify_envelope", &["site:read"]),
-];
+use crate::error::{Code, Error, TOOL_ERROR_META_KEY};
+use crate::limits;
+use crate::state::AppState;
+use registry::visible;
 
 /// The schema of "any JSON value": `{}`. (schemars writes `true` for `serde_json::Value`,
 /// which is valid JSON Schema, but some clients accept only object schemas.)
@@ -124,13 +79,6 @@ pub const RESOURCES: &[(&str, &str, &str, &str)] = &[
         "The resilience-desk story: its roster and what its recorded runs decided (reading runs nothing).",
     ),
 ];
-
-fn visible(tool: &str, scopes: &[String]) -> bool {
-    TOOL_SCOPES
-        .iter()
-        .find(|(name, _)| *name == tool)
-        .is_some_and(|(_, needs)| needs.iter().any(|need| scopes.iter().any(|s| s == need)))
-}
 
 const INSTRUCTIONS: &str = "QueryLayer: governed access to one site's content. This connection is bound \
 to one organization, site and agent; no argument names them. Work inside a governed run: \
@@ -205,12 +153,7 @@ impl QueryLayerMcp {
             + Self::evidence_router()
             + Self::forms_router()
             + Self::semantics_router();
-        let writes = tools
-            .list_all()
-            .into_iter()
-            .filter(|t| t.annotations.as_ref().and_then(|a| a.read_only_hint) != Some(true))
-            .map(|t| t.name.to_string())
-            .collect();
+        let writes = registry::TOOLS.iter().filter(|t| !t.read_only).map(|t| t.name.to_string()).collect();
         QueryLayerMcp {
             db,
             tools: Arc::new(tools),
@@ -299,7 +242,7 @@ impl QueryLayerMcp {
         match self.db.authenticate(fingerprint).await {
             Ok(context) => Ok(context.scopes),
             Err(e) => {
-                if e.code == "unauthenticated" {
+                if e.code == Code::Unauthenticated {
                     self.db.record_failed_authentication(fingerprint, "stdio").await;
                 }
                 Err(McpError::invalid_request(e.message, None))
@@ -337,7 +280,7 @@ impl QueryLayerMcp {
                 Ok(Json(value))
             }
             Err(error) => {
-                tracing::info!(tool, duration_ms, outcome = "error", code = error.code, "tool call");
+                tracing::info!(tool, duration_ms, outcome = "error", code = error.code.as_str(), "tool call");
                 if error.status.is_server_error() {
                     error.log(tool);
                 }
@@ -382,7 +325,7 @@ impl QueryLayerMcp {
                     connection_id,
                     duration_ms,
                     outcome = "error",
-                    code = error.code,
+                    code = error.code.as_str(),
                     "tool call"
                 );
                 if error.status.is_server_error() {
@@ -475,7 +418,7 @@ impl ServerHandler for QueryLayerMcp {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let Some(tool) = TOOL_SCOPES.iter().map(|(name, _)| *name).find(|name| *name == request.name) else {
+        let Some(tool) = registry::entry(&request.name).map(|t| t.name) else {
             return Err(McpError::invalid_params(format!("unknown tool: {}", request.name), None));
         };
         let started = Instant::now();
@@ -514,10 +457,10 @@ impl ServerHandler for QueryLayerMcp {
             "arguments must match the tool's inputSchema; the connection is bound to one site, \
              organization and agent, so no argument may name them",
         );
-        tracing::info!(tool, outcome = "error", code = error.code, "tool call");
+        tracing::info!(tool, outcome = "error", code = error.code.as_str(), "tool call");
         if let Some(fingerprint) = fingerprint {
             let audit = ToolAudit { tool, started };
-            self.db.record_refused_tool_call(&fingerprint, &audit, error.code).await;
+            self.db.record_refused_tool_call(&fingerprint, &audit, error.code.as_str()).await;
         }
         Ok(error.into_tool_result().into())
     }
@@ -644,15 +587,6 @@ pub fn http_service(
 mod tests {
     use super::*;
 
-    /// Tools that only read although their name does not say so.
-    const READ_ONLY_BY_NAME: &[&str] = &[
-        "search_semantic_model",
-        "resolve_metric",
-        "verify_envelope",
-        "querylayer_form_screening_metrics",
-        "querylayer_get_revision",
-    ];
-
     fn scopes(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
     }
@@ -665,7 +599,7 @@ mod tests {
         let mut names: Vec<String> =
             server.tools.list_all().into_iter().map(|t| t.name.to_string()).collect();
         names.sort();
-        let mut table: Vec<String> = TOOL_SCOPES.iter().map(|(n, _)| n.to_string()).collect();
+        let mut table: Vec<String> = registry::TOOLS.iter().map(|t| t.name.to_string()).collect();
         table.sort();
         assert_eq!(names, table);
     }
@@ -716,35 +650,19 @@ mod tests {
     }
 
     #[test]
-    fn a_read_only_connection_sees_only_read_tools() {
+    fn a_connection_sees_the_tools_one_of_its_scopes_names() {
         let read = scopes(&["content:read", "site:read"]);
-        let shown: Vec<&str> = TOOL_SCOPES.iter().map(|(n, _)| *n).filter(|n| visible(n, &read)).collect();
-        assert_eq!(
-            shown,
-            [
-                "querylayer_site_context",
-                "querylayer_list_content",
-                "querylayer_get_revision",
-                "querylayer_list_revisions",
-                "querylayer_list_templates",
-                "querylayer_list_proposals",
-                "querylayer_list_content_briefs",
-                "querylayer_list_content_source_packages",
-                "querylayer_list_content_source_records",
-                "querylayer_list_evidence",
-                "querylayer_list_evidence_reverification",
-                "querylayer_form_screening_metrics",
-                "search_semantic_model",
-                "resolve_metric",
-                "check_access",
-                "build_navigator_bundle",
-                "answer_question",
-                "run_qglake_story",
-                "verify_envelope"
-            ]
-        );
+        for tool in registry::TOOLS {
+            let shown = visible(tool.name, &read);
+            let needs_read = tool.scopes.iter().any(|s| *s == "content:read" || *s == "site:read");
+            assert_eq!(shown, needs_read, "{}", tool.name);
+        }
+        let shown = registry::TOOLS.iter().filter(|t| visible(t.name, &read)).count();
+        assert_eq!(shown, 19, "a read-only connection sees the 19 reading tools");
         assert!(!visible("querylayer_unknown", &read));
+        assert!(!visible("querylayer_begin_run", &read));
         assert!(visible("querylayer_create_proposal", &scopes(&["topical-map:write"])));
+        assert!(visible("querylayer_begin_run", &scopes(&["runs:write"])));
     }
 
     #[test]
@@ -764,9 +682,7 @@ mod tests {
                 tool.name
             );
             let a = tool.annotations.as_ref().unwrap_or_else(|| panic!("{} lacks annotations", tool.name));
-            let read_only = tool.name.contains("_list_")
-                || tool.name.ends_with("_context")
-                || READ_ONLY_BY_NAME.contains(&tool.name.as_ref());
+            let read_only = registry::entry(&tool.name).expect("a registry entry").read_only;
             assert_eq!(a.read_only_hint, Some(read_only), "{}", tool.name);
             assert_eq!(a.destructive_hint, Some(false), "{}", tool.name);
             assert_eq!(a.open_world_hint, Some(false), "{}", tool.name);
@@ -801,54 +717,11 @@ mod tests {
             r.sort();
             r
         };
-        assert_eq!(required("querylayer_site_context"), Vec::<String>::new());
-        assert_eq!(required("querylayer_list_content"), Vec::<String>::new());
-        assert_eq!(required("querylayer_get_revision"), ["revision_id"]);
-        assert_eq!(required("querylayer_list_revisions"), ["content_id"]);
-        assert_eq!(required("querylayer_list_templates"), Vec::<String>::new());
-        assert_eq!(required("querylayer_list_proposals"), Vec::<String>::new());
-        assert_eq!(required("querylayer_begin_run"), ["run_type"]);
-        assert_eq!(required("querylayer_record_artifact"), ["key", "run_id", "value"]);
-        assert_eq!(required("querylayer_finish_run"), ["outcome", "run_id"]);
-        assert_eq!(required("querylayer_create_draft"), ["fields", "run_id"]);
-        assert_eq!(required("querylayer_create_proposal"), ["payload", "run_id", "type"]);
-        assert_eq!(required("querylayer_request_publish_approval"), ["items", "run_id"]);
-        assert_eq!(required("querylayer_claim_console_task"), Vec::<String>::new());
-        assert_eq!(required("querylayer_create_task_plan"), ["goal", "session_id", "steps", "turn_id"]);
-        assert_eq!(required("querylayer_complete_console_task"), ["outcome", "turn_id"]);
-        assert_eq!(required("querylayer_list_topical_map"), Vec::<String>::new());
-        assert_eq!(required("querylayer_list_topical_strategy_opportunities"), Vec::<String>::new());
-        assert_eq!(
-            required("querylayer_propose_topical_strategy_opportunities"),
-            ["opportunity_ids", "run_id"]
-        );
-        assert_eq!(required("querylayer_list_content_briefs"), Vec::<String>::new());
-        assert_eq!(
-            required("querylayer_propose_content_brief_draft"),
-            ["brief_id", "content_id", "revision_id", "run_id"]
-        );
-        assert_eq!(required("querylayer_stage_content_source_package"), ["name", "records", "run_id"]);
-        assert_eq!(required("querylayer_list_content_source_packages"), Vec::<String>::new());
-        assert_eq!(required("querylayer_list_content_source_records"), ["package_id"]);
-        assert_eq!(
-            required("querylayer_propose_content_source_draft"),
-            ["content_id", "package_id", "record_ids", "revision_id", "run_id"]
-        );
-        assert_eq!(
-            required("querylayer_record_claim_evidence"),
-            ["claim", "quoted_span", "retrieved_at", "revision_id", "run_id", "source_sha256", "source_url"]
-        );
-        assert_eq!(required("querylayer_list_evidence"), Vec::<String>::new());
-        assert_eq!(required("querylayer_list_evidence_reverification"), Vec::<String>::new());
-        assert_eq!(required("querylayer_form_screening_metrics"), Vec::<String>::new());
-        assert_eq!(required("search_semantic_model"), ["text"]);
-        assert_eq!(required("resolve_metric"), ["name"]);
-        assert_eq!(required("check_access"), ["resource"]);
-        assert_eq!(required("build_navigator_bundle"), Vec::<String>::new());
-        assert_eq!(required("answer_question"), ["question"]);
-        assert_eq!(required("run_qglake_story"), Vec::<String>::new());
-        assert_eq!(required("import_semantic_model"), ["document"]);
-        assert_eq!(required("verify_envelope"), ["envelope"]);
+        for tool in registry::TOOLS {
+            let mut listed: Vec<&str> = tool.required.to_vec();
+            listed.sort();
+            assert_eq!(required(tool.name), listed, "{}: required arguments", tool.name);
+        }
     }
 
     /// `true`/`false` where a subschema stands (properties, items, $defs).

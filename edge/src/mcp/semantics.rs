@@ -13,8 +13,8 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::QueryLayerMcp;
+use crate::answer::answer;
 use crate::db::Call;
-use crate::error::Error;
 
 /// Text to search the site's current semantic model for.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -457,76 +457,4 @@ impl QueryLayerMcp {
         )
         .await
     }
-}
-
-/// The navigator loop inside the caller's transaction (as the connection): deterministic in
-/// the database, or — with an LLM configured — prepared in the database (search, gate, plan,
-/// prompt), written by the model, then signed and recorded in the database.
-pub async fn answer(
-    tx: &deadpool_postgres::Transaction<'_>,
-    llm: Option<&crate::llm::Llm>,
-    question: String,
-    purpose: Option<String>,
-    dialect: Option<String>,
-) -> Result<Value, Error> {
-    let Some(llm) = llm else {
-        return Call::new("answer_question")
-            .arg("p_question", question)
-            .opt("p_purpose", purpose)
-            .opt("p_dialect", dialect)
-            .run(tx)
-            .await
-            .map_err(|e| Error::from_db(&e));
-    };
-    let prepared = Call::new("prepare_answer")
-        .arg("p_question", question)
-        .opt("p_purpose", purpose)
-        .opt("p_dialect", dialect)
-        .run(tx)
-        .await
-        .map_err(|e| Error::from_db(&e))?;
-    let prompt = prepared["prompt"].as_str().unwrap_or_default();
-    let draft: Uuid = serde_json::from_value(prepared["draft_id"].clone())
-        .map_err(|e| Error::internal(format!("prepare_answer returned no draft id: {e}")))?;
-    let text = llm.complete(prompt).await?;
-    Call::new("complete_answer")
-        .arg("p_draft_id", draft)
-        .arg("p_text", text)
-        .arg("p_synthesized_by", llm.name())
-        .run(tx)
-        .await
-        .map_err(|e| Error::from_db(&e))
-}
-
-/// `POST /v1/answer` under its envelope: the same loop, but the database reads the question from
-/// the exact body the sender signed (`answer_signed_request`, `prepare_signed_answer`), so what
-/// runs is what was signed.
-pub async fn answer_signed(
-    tx: &deadpool_postgres::Transaction<'_>,
-    llm: Option<&crate::llm::Llm>,
-    body: String,
-) -> Result<Value, Error> {
-    let Some(llm) = llm else {
-        return Call::new("answer_signed_request")
-            .arg("p_body", body)
-            .run(tx)
-            .await
-            .map_err(|e| Error::from_db(&e));
-    };
-    let prepared = Call::new("prepare_signed_answer")
-        .arg("p_body", body)
-        .run(tx)
-        .await
-        .map_err(|e| Error::from_db(&e))?;
-    let prompt = prepared["prompt"].as_str().unwrap_or_default();
-    let draft: Uuid = serde_json::from_value(prepared["draft_id"].clone())
-        .map_err(|e| Error::internal(format!("prepare_signed_answer returned no draft id: {e}")))?;
-    let text = llm.complete(prompt).await?;
-    Call::new("complete_answer")
-        .arg("p_draft_id", draft)
-        .arg("p_text", text)
-        .arg("p_synthesized_by", llm.name())
-        .run(tx)
-        .await
-        .map_err(|e| Error::from_db(&e))
 }

@@ -13,8 +13,10 @@ const BIN = process.env.QUERYLAYER_BIN;
 const ADMIN_URL = process.env.QUERYLAYER_ADMIN_URL;
 const SECRETS = process.env.QUERYLAYER_TEST_SECRETS;
 
-export const ALL_SCOPES = ["site:read", "content:read", "content:write", "topical-map:read",
-  "topical-map:write", "runs:read", "runs:write", "publish:request"];
+// The scope catalogue, from the edge itself (`querylayer tools`: the registry and the scopes).
+const REGISTRY = JSON.parse(spawnSync(BIN, ["tools"], { encoding: "utf8" }).stdout);
+export const ALL_SCOPES = REGISTRY.scopes;
+// A few core tools the SDK checks by name (the Python tier checks the exact sets from REGISTRY).
 export const READ_TOOLS = ["querylayer_list_content", "querylayer_list_proposals", "querylayer_site_context"];
 export const WRITE_TOOLS = ["querylayer_begin_run", "querylayer_create_draft", "querylayer_create_proposal",
   "querylayer_finish_run", "querylayer_record_artifact", "querylayer_request_publish_approval"];

@@ -23,48 +23,17 @@ WORKER_DB_URL = os.environ.get("QUERYLAYER_WORKER_DB_URL", "")
 TEST_DIR = os.environ.get("QUERYLAYER_TEST_DIR", "")
 PG_PORT = os.environ.get("QUERYLAYER_PG_PORT", "")
 
-WRITE_TOOLS = {
-    "querylayer_begin_run",
-    "querylayer_record_artifact",
-    "querylayer_finish_run",
-    "querylayer_create_draft",
-    "querylayer_create_proposal",
-    "querylayer_request_publish_approval",
-}
-READ_TOOLS = {"querylayer_site_context", "querylayer_list_content", "querylayer_list_proposals",
-              "querylayer_get_revision", "querylayer_list_revisions", "querylayer_list_templates"}
-# The Agent Console (all runs:write) and editorial planning.
-CONSOLE_TASK_TOOLS = {
-    "querylayer_claim_console_task",
-    "querylayer_create_task_plan",
-    "querylayer_complete_console_task",
-}
-WRITE_TOOLS |= CONSOLE_TASK_TOOLS | {
-    "querylayer_propose_topical_strategy_opportunities",
-    "querylayer_propose_content_brief_draft",
-    "querylayer_stage_content_source_package",
-    "querylayer_propose_content_source_draft",
-    "querylayer_record_claim_evidence",
-}
-TOPICAL_MAP_READ_TOOLS = {"querylayer_list_topical_map", "querylayer_list_topical_strategy_opportunities"}
-READ_TOOLS |= {
-    "querylayer_list_content_briefs",
-    "querylayer_list_content_source_packages",
-    "querylayer_list_content_source_records",
-    "querylayer_list_evidence",
-    "querylayer_list_evidence_reverification",
-    "querylayer_form_screening_metrics",
-} | TOPICAL_MAP_READ_TOOLS
-# The semantics plane (QueryGraph's names). Those that decide access record receipts (and
-# answers), so they are not read-only, although content:read is all they need.
-SEMANTIC_READ_TOOLS = {"search_semantic_model", "resolve_metric", "verify_envelope"}
-SEMANTIC_CONTENT_READ_TOOLS = {"check_access", "build_navigator_bundle", "answer_question", "run_qglake_story"}
-READ_TOOLS |= SEMANTIC_READ_TOOLS
-WRITE_TOOLS |= SEMANTIC_CONTENT_READ_TOOLS | {"import_semantic_model"}
-ALL_SCOPES = [
-    "site:read", "content:read", "content:write", "topical-map:read",
-    "topical-map:write", "runs:read", "runs:write", "publish:request",
-]
+# The tool registry and the scope catalogue, from the edge itself (`querylayer tools`).
+REGISTRY = json.loads(subprocess.run([BIN, "tools"], capture_output=True, text=True, check=True,
+                                     timeout=60).stdout)
+ALL_SCOPES = REGISTRY["scopes"]
+READ_TOOLS = {t["name"] for t in REGISTRY["tools"] if t["read_only"]}
+WRITE_TOOLS = {t["name"] for t in REGISTRY["tools"] if not t["read_only"]}
+
+
+def tools_for(scopes) -> set:
+    """The tools `tools/list` shows a connection holding `scopes`."""
+    return {t["name"] for t in REGISTRY["tools"] if set(t["scopes"]) & set(scopes)}
 
 
 def issued(secret: str) -> None:

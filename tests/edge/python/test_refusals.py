@@ -8,7 +8,7 @@ import uuid
 import pytest
 from mcp import MCPError
 
-from harness import (CONSOLE_TASK_TOOLS, READ_TOOLS, SEMANTIC_CONTENT_READ_TOOLS, TOPICAL_MAP_READ_TOOLS, admin, mcp, mint, raw_post, structured, tool_error)
+from harness import (admin, mcp, mint, raw_post, structured, tool_error, tools_for)
 
 pytestmark = pytest.mark.anyio
 
@@ -70,8 +70,9 @@ def test_missing_malformed_and_unknown_secrets_get_the_same_401():
 async def test_a_read_only_connection_sees_only_read_tools_and_gets_a_tool_error_on_a_write():
     connection = mint(["site:read", "content:read"])
     async with mcp(connection["secret"]) as client:
-        assert {t.name for t in (await client.list_tools()).tools} == (
-            READ_TOOLS - TOPICAL_MAP_READ_TOOLS | SEMANTIC_CONTENT_READ_TOOLS)
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names == tools_for(["site:read", "content:read"])
+        assert "querylayer_list_content" in names and "querylayer_begin_run" not in names
         structured(await client.call_tool("querylayer_list_content", {}))
         error = tool_error(await client.call_tool("querylayer_begin_run", {"run_type": "article.draft"}))
     assert error["code"] == "forbidden"
@@ -81,7 +82,8 @@ async def test_a_read_only_connection_sees_only_read_tools_and_gets_a_tool_error
 async def test_a_connection_without_site_read_cannot_see_the_site_context():
     async with mcp(mint(["runs:write"])["secret"], mode="legacy") as client:
         names = {t.name for t in (await client.list_tools()).tools}
-        assert names == {"querylayer_begin_run", "querylayer_record_artifact", "querylayer_finish_run"} | CONSOLE_TASK_TOOLS
+        assert names == tools_for(["runs:write"])
+        assert "querylayer_begin_run" in names and "querylayer_site_context" not in names
         assert tool_error(await client.call_tool("querylayer_site_context", {}))["code"] == "forbidden"
 
 

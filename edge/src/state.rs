@@ -1,0 +1,61 @@
+//! The ground floor of the edge: what every request may use (`AppState`) and what the serving
+//! processes stop on (`shutdown_signal`). Imports only the modules that own the parts of the
+//! state, never the router (`lib.rs`).
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+
+use crate::bulkhead::SiteLimits;
+use crate::config::HttpConfig;
+use crate::db::Db;
+use crate::health::Readiness;
+use crate::rate::{FailureBudget, RateLimiter};
+
+/// Everything a request may use. Cloned per request; holds no per-client state beyond the
+/// rate limiter's buckets and the sites' permits.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub config: Arc<HttpConfig>,
+    pub limiter: Arc<RateLimiter>,
+    pub auth_failures: Arc<FailureBudget>,
+    pub sites: Arc<SiteLimits>,
+    pub readiness: Arc<Readiness>,
+}
+
+impl AppState {
+    pub fn new(db: Db, config: HttpConfig) -> Self {
+        let limiter = Arc::new(RateLimiter::new(config.rate_limit_per_sec, config.rate_burst));
+        let auth_failures = Arc::new(FailureBudget::new(config.auth_failure_rate, config.auth_failure_burst));
+        let sites =
+            Arc::new(SiteLimits::new(0, Some(config.site_reads), Some(config.site_writes), config.site_wait));
+        let readiness = Readiness::new(config.readiness.clone());
+        AppState { db, config: Arc::new(config), limiter, auth_failures, sites, readiness }
+    }
+}
+
+impl FromRef<AppState> for Arc<Readiness> {
+    fn from_ref(state: &AppState) -> Self {
+        state.readiness.clone()
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM: what `serve` and `worker` stop on.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
