@@ -196,8 +196,9 @@ impl Error {
     /// Maps a database error through the SQLSTATE table. Messages and hints of 4xx refusals
     /// come from the governed functions and are meant for the caller; anything else is opaque.
     pub fn from_db(e: &tokio_postgres::Error) -> Self {
+        crate::metrics::database_error(e.as_db_error().map(|db| db.code().code()));
         let Some(db) = e.as_db_error() else {
-            return Error::unavailable(format!("database connection: {e}"));
+            return Error::unavailable(format!("database connection: {}", crate::pgtls::describe(e)));
         };
         let sqlstate = db.code().code();
         let (code, status) = classify(sqlstate);
@@ -332,7 +333,12 @@ impl From<tokio_postgres::Error> for Error {
 impl From<deadpool_postgres::PoolError> for Error {
     fn from(e: deadpool_postgres::PoolError) -> Self {
         match e {
-            deadpool_postgres::PoolError::Backend(e) => Error::from_db(&e),
+            // Only making a new connection fails here: whatever the SQLSTATE (a password, a
+            // pg_hba.conf rule), the database is unavailable to this edge, and the log says why.
+            deadpool_postgres::PoolError::Backend(e) => {
+                crate::metrics::database_error(e.as_db_error().map(|db| db.code().code()));
+                Error::unavailable(format!("database connection: {}", crate::pgtls::describe(&e)))
+            }
             other => Error::unavailable(format!("connection pool: {other}")),
         }
     }

@@ -28,7 +28,10 @@ pub mod limits;
 pub mod listener;
 pub mod llm;
 pub mod mcp;
+pub mod metrics;
+pub mod pgtls;
 pub mod strict_json;
+pub mod telemetry;
 pub mod v1;
 pub mod worker;
 
@@ -67,7 +70,7 @@ impl AppState {
         let auth_failures = Arc::new(FailureBudget::new(config.auth_failure_rate, config.auth_failure_burst));
         let sites =
             Arc::new(SiteLimits::new(0, Some(config.site_reads), Some(config.site_writes), config.site_wait));
-        let readiness = Readiness::new(config.readiness.clone());
+        let readiness = Readiness::new(config.readiness.clone(), config.readiness_tls.clone());
         AppState { db, config: Arc::new(config), limiter, auth_failures, sites, readiness }
     }
 }
@@ -89,6 +92,7 @@ pub fn app(state: AppState) -> Router {
         .merge(auth::router())
         .merge(health::router())
         .route("/.well-known/agent-card.json", axum::routing::get(v1::agent_card))
+        .route(card::DOCUMENTATION_PATH, axum::routing::get(card::documentation))
         .fallback(|| async { Error::not_found("no such endpoint").into_response() })
         .layer(middleware::from_fn(log_request))
         // One body limit, the operator's: axum's own 2 MiB default for extractors is lifted.
@@ -100,6 +104,7 @@ pub fn app(state: AppState) -> Router {
             state.config.request_timeout + body::OUTER_TIMEOUT_MARGIN,
         ))
         .layer(middleware::from_fn(explain_limits))
+        .layer(middleware::from_fn(telemetry::observe))
         .with_state(state)
 }
 
