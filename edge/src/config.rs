@@ -447,9 +447,18 @@ static FROM_FILE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 /// definition; keys are the long names of `serve`'s flags and of the global ones.
 pub fn apply_config_file(command: &clap::Command, argv: &[std::ffi::OsString]) -> Result<(), String> {
     let args: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let Some(at) = args.iter().skip(1).position(|a| a == "serve").map(|i| i + 1) else {
+    // The subcommand is the first argument after the global `--log-format <format>`.
+    let mut at = 1;
+    while let Some(arg) = args.get(at) {
+        match arg.as_str() {
+            "--log-format" => at += 2,
+            a if a.starts_with("--log-format=") => at += 1,
+            _ => break,
+        }
+    }
+    if args.get(at).map(String::as_str) != Some("serve") {
         return Ok(());
-    };
+    }
     let mut path = std::env::var_os("QUERYLAYER_CONFIG").map(std::path::PathBuf::from);
     let mut rest = args[at + 1..].iter();
     while let Some(arg) = rest.next() {
