@@ -5,6 +5,15 @@
 
 use serde_json::{json, Value};
 
+/// Where the edge serves its own documentation (docs/edge.md, as Markdown): what the card's
+/// `documentationUrl` names.
+pub const DOCUMENTATION_PATH: &str = "/docs/edge.md";
+
+/// `GET /docs/edge.md`: the edge's reference (commands, MCP tools, console API, faults).
+pub async fn documentation() -> impl axum::response::IntoResponse {
+    ([(http::header::CONTENT_TYPE, "text/markdown; charset=utf-8")], include_str!("../../docs/edge.md"))
+}
+
 /// The card for an edge reachable at `public_url` whose server key is `server_did`.
 pub fn agent_card(public_url: &str, server_did: Option<&str>, recipient_did: &str) -> Value {
     let base = public_url.trim_end_matches('/');
@@ -21,7 +30,7 @@ pub fn agent_card(public_url: &str, server_did: Option<&str>, recipient_did: &st
         ],
         "provider": {"organization": "QueryLayer", "url": base},
         "version": env!("CARGO_PKG_VERSION"),
-        "documentationUrl": format!("{base}/.well-known/oauth-protected-resource"),
+        "documentationUrl": format!("{base}{DOCUMENTATION_PATH}"),
         "capabilities": {"streaming": false, "pushNotifications": false, "stateTransitionHistory": false},
         "defaultInputModes": ["application/json"],
         "defaultOutputModes": ["application/json"],
@@ -144,5 +153,16 @@ mod tests {
             ]
         );
         assert_eq!(card["url"], "http://h/v1");
+    }
+
+    #[tokio::test]
+    async fn the_documentation_url_serves_documentation_not_oauth_metadata() {
+        use axum::response::IntoResponse;
+        let card = agent_card("http://h", None, "did:web:qg-server");
+        assert_eq!(card["documentationUrl"], "http://h/docs/edge.md");
+        let response = documentation().await.into_response();
+        assert_eq!(response.headers()[http::header::CONTENT_TYPE], "text/markdown; charset=utf-8");
+        let body = axum::body::to_bytes(response.into_body(), 1 << 22).await.unwrap();
+        assert!(String::from_utf8_lossy(&body).starts_with("# The edge: `querylayer`"));
     }
 }

@@ -78,6 +78,7 @@ pub async fn require(db: &Db) -> Result<(), String> {
             }
         },
         Err(e) => {
+            e.log("connecting to the database");
             tracing::warn!(
                 code = e.code.as_str(),
                 "the database does not answer yet; /readyz says so until it does"

@@ -1,13 +1,13 @@
 //! Configuration of `querylayer serve`: flags and environment, the Host and Origin allow-lists,
 //! limits, and the log format. Read once at start-up; nothing here changes afterwards.
 
-use std::io::IsTerminal;
-use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-#[derive(Args, Debug, Clone)]
+pub use crate::telemetry::LogFormat;
+
+#[derive(Args, Debug, Clone, serde::Serialize)]
 pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "QUERYLAYER_BIND", default_value = "127.0.0.1")]
@@ -130,10 +130,31 @@ pub struct ServeArgs {
     /// ends as an error that keeps the receipt rather than as a dropped request.
     #[arg(long, env = "QUERYLAYER_LLM_TIMEOUT", default_value_t = 20)]
     pub llm_timeout_secs: u64,
+
+    /// Serve Prometheus metrics at http://<address>/metrics, on a listener of their own (for
+    /// example 127.0.0.1:9464). Off unless set.
+    #[arg(long, env = "QUERYLAYER_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+
+    /// Send OpenTelemetry traces (a span per request, tool call and database call) over
+    /// OTLP/HTTP with JSON encoding to this collector (for example http://127.0.0.1:4318; the
+    /// path /v1/traces is added). Off unless set.
+    #[arg(long, env = "QUERYLAYER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// A TOML file of settings under the flags and the environment: each key is a flag's long
+    /// name (`port = 8080`, `database_url = "…"`; `-` or `_`). A flag wins over its environment
+    /// variable, which wins over the file, which wins over the default.
+    #[arg(long, env = "QUERYLAYER_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Print the effective configuration (secrets masked, each value's source) and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 /// What the HTTP stages need at run time.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpConfig {
     /// Without a trailing slash.
     pub public_url: String,
@@ -150,6 +171,8 @@ pub struct HttpConfig {
     pub llm: Option<crate::llm::Llm>,
     /// The readiness check's own database connection (outside the pool).
     pub readiness: tokio_postgres::Config,
+    /// Its TLS, as the pool's (`sslmode`, `sslrootcert`).
+    pub readiness_tls: crate::pgtls::MakeTls,
     /// Each site's share of the pool (reads, writes) and how long a call waits for it.
     pub site_reads: usize,
     pub site_writes: usize,
@@ -199,8 +222,8 @@ impl HttpConfig {
         if args.header_read_timeout_secs == 0 {
             return Err("--header-read-timeout-secs must be at least 1".into());
         }
-        let mut readiness = tokio_postgres::Config::from_str(&args.database_url)
-            .map_err(|e| format!("DATABASE_URL is not a valid PostgreSQL connection string: {e}"))?;
+        let crate::pgtls::PgConnect { config: mut readiness, tls: readiness_tls, .. } =
+            crate::pgtls::parse(&args.database_url)?;
         readiness.application_name("querylayer-edge-readiness");
         let options = readiness.get_options().unwrap_or("").to_string();
         readiness.options(format!("{options} -c statement_timeout=2000").trim());
@@ -208,6 +231,7 @@ impl HttpConfig {
         let pool = args.db_pool_size.max(1);
         Ok(HttpConfig {
             readiness,
+            readiness_tls,
             site_reads: args.site_max_reads.unwrap_or(pool / 2).max(1),
             site_writes: args.site_max_writes.unwrap_or(pool / 4).max(1),
             site_wait: Duration::from_millis(args.site_queue_timeout_ms),
@@ -401,30 +425,242 @@ impl AllowList {
     }
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, Default)]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
+/// The environment variables this process took from the configuration file (for
+/// `--print-config`).
+static FROM_FILE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// The configuration file of `serve` (`--config PATH` after `serve`, or QUERYLAYER_CONFIG):
+/// each key sets its flag's environment variable unless that variable is set already, so that
+/// clap then reads flag > environment > file > default. `command` is the whole command line's
+/// definition; keys are the long names of `serve`'s flags and of the global ones.
+pub fn apply_config_file(command: &clap::Command, argv: &[std::ffi::OsString]) -> Result<(), String> {
+    let args: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    // The subcommand is the first argument after the global `--log-format <format>`.
+    let mut at = 1;
+    while let Some(arg) = args.get(at) {
+        match arg.as_str() {
+            "--log-format" => at += 2,
+            a if a.starts_with("--log-format=") => at += 1,
+            _ => break,
+        }
+    }
+    if args.get(at).map(String::as_str) != Some("serve") {
+        return Ok(());
+    }
+    let mut path = std::env::var_os("QUERYLAYER_CONFIG").map(std::path::PathBuf::from);
+    let mut rest = args[at + 1..].iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--" {
+            break;
+        } else if arg == "--config" {
+            path = rest.next().map(std::path::PathBuf::from);
+        } else if let Some(value) = arg.strip_prefix("--config=") {
+            path = Some(value.into());
+        }
+    }
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    let serve = command.find_subcommand("serve").expect("the serve command");
+    let arguments: Vec<&clap::Arg> = serve.get_arguments().chain(command.get_arguments()).collect();
+    let settings =
+        file_settings(&text, &arguments).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    let mut from_file = Vec::new();
+    for (env, value) in settings {
+        if std::env::var_os(&env).is_none() {
+            // Single-threaded still: main calls this before the runtime starts.
+            std::env::set_var(&env, value);
+            from_file.push(env);
+        }
+    }
+    let _ = FROM_FILE.set(from_file);
+    Ok(())
 }
 
-/// Logs go to stderr (stdout is the protocol channel of `mcp-serve`). Filter with
-/// QUERYLAYER_LOG (tracing's env-filter syntax).
-pub fn init_logging(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("QUERYLAYER_LOG").unwrap_or_else(|_| {
-        EnvFilter::new("info,rmcp=warn,tower_http=warn,deadpool=warn,tokio_postgres=warn")
-    });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+/// (environment variable, value) for each key of the TOML `text`.
+fn file_settings(text: &str, arguments: &[&clap::Arg]) -> Result<Vec<(String, String)>, String> {
+    let table: toml::Table = text.parse().map_err(|e| format!("not valid TOML: {e}"))?;
+    let mut settings = Vec::new();
+    for (key, value) in table {
+        let long = key.replace('_', "-");
+        let Some(arg) = arguments.iter().find(|a| a.get_long() == Some(long.as_str())) else {
+            return Err(format!(
+                "unknown setting {key:?} (the keys are the long names of `querylayer serve`'s flags)"
+            ));
+        };
+        let Some(env) = arg.get_env() else {
+            return Err(format!("{key:?} cannot be set in the configuration file"));
+        };
+        let value = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    toml::Value::String(s) => Ok(s),
+                    other => Err(format!("{key:?}: a list of strings, not {other}")),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+                .join(","),
+            other => return Err(format!("{key:?}: not a string, number, boolean or list ({other})")),
+        };
+        settings.push((env.to_string_lossy().into_owned(), value));
     }
+    Ok(settings)
+}
+
+/// The effective configuration of `serve` as TOML (a file `--config` accepts), each value with
+/// its source (flag, env, file, default), secrets masked.
+pub fn effective_config(
+    args: &ServeArgs,
+    log_format: LogFormat,
+    matches: &clap::ArgMatches,
+    command: &clap::Command,
+) -> String {
+    let serve = command.find_subcommand("serve").expect("the serve command");
+    let values = serde_json::to_value(args).expect("the arguments serialize");
+    let from_file = FROM_FILE.get().cloned().unwrap_or_default();
+    let mut out =
+        String::from("# querylayer serve: the effective configuration (flag > env > file > default)\n");
+    let mut line = |key: &str, value: &serde_json::Value, source: String| {
+        let key = key.replace('-', "_");
+        let shown = match value {
+            serde_json::Value::Null => format!("# {key} = (not set)"),
+            serde_json::Value::String(s) => format!("{key} = {}", toml::Value::String(mask_secrets(s))),
+            serde_json::Value::Array(items) => format!(
+                "{key} = [{}]",
+                items
+                    .iter()
+                    .map(|i| toml::Value::String(i.as_str().unwrap_or("").to_string()).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            other => format!("{key} = {other}"),
+        };
+        out.push_str(&format!("{shown:<60} # {source}\n"));
+    };
+    let source_of = |id: &str, env: Option<&std::ffi::OsStr>, matches: &clap::ArgMatches| -> String {
+        match matches.value_source(id) {
+            Some(clap::parser::ValueSource::CommandLine) => "flag".into(),
+            Some(clap::parser::ValueSource::EnvVariable) => {
+                let env = env.map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+                if from_file.contains(&env) {
+                    "file".into()
+                } else {
+                    format!("env {env}")
+                }
+            }
+            Some(clap::parser::ValueSource::DefaultValue) => "default".into(),
+            _ => "unset".into(),
+        }
+    };
+    let global = command.get_arguments().find(|a| a.get_id() == "log_format");
+    let top = matches;
+    if let Some(arg) = global {
+        let source = source_of("log_format", arg.get_env(), top);
+        line("log_format", &serde_json::to_value(log_format).expect("JSON"), source);
+    }
+    let serve_matches = matches.subcommand_matches("serve").unwrap_or(matches);
+    for arg in serve.get_arguments() {
+        let id = arg.get_id().as_str();
+        if matches!(id, "config" | "print_config" | "help") {
+            continue;
+        }
+        let value = values.get(id).cloned().unwrap_or(serde_json::Value::Null);
+        line(id, &value, source_of(id, arg.get_env(), serve_matches));
+    }
+    out
+}
+
+/// A connection string or URL with its password replaced by `****` (`user:****@`,
+/// `password=****`).
+pub fn mask_secrets(value: &str) -> String {
+    let mut out = value.to_string();
+    if let Some(scheme_end) = out.find("://") {
+        let authority_end =
+            out[scheme_end + 3..].find(['/', '?', '#']).map(|i| i + scheme_end + 3).unwrap_or(out.len());
+        if let Some(at) = out[..authority_end].rfind('@') {
+            if let Some(colon) = out[scheme_end + 3..at].find(':') {
+                out.replace_range(scheme_end + 3 + colon + 1..at, "****");
+            }
+        }
+    }
+    // key/value strings and URL query parameters
+    let mut masked = String::new();
+    let mut rest = out.as_str();
+    while let Some(i) = rest.find("password") {
+        let after = &rest[i + "password".len()..];
+        let trimmed = after.trim_start();
+        if let Some(value) = trimmed.strip_prefix('=') {
+            let value = value.trim_start();
+            let end = if let Some(quoted) = value.strip_prefix('\'') {
+                quoted.find('\'').map(|j| j + 2).unwrap_or(value.len())
+            } else {
+                value.find(|c: char| c.is_whitespace() || c == '&').unwrap_or(value.len())
+            };
+            masked.push_str(&rest[..i]);
+            masked.push_str("password=****");
+            rest = &value[end..];
+        } else {
+            masked.push_str(&rest[..i + "password".len()]);
+            rest = after;
+        }
+    }
+    masked.push_str(rest);
+    masked
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_masked_in_urls_and_key_values() {
+        assert_eq!(
+            mask_secrets("postgres://edge:s3cret@db:5432/ql?sslmode=require"),
+            "postgres://edge:****@db:5432/ql?sslmode=require"
+        );
+        assert_eq!(
+            mask_secrets("host=db user=edge password='a b' dbname=ql"),
+            "host=db user=edge password=**** dbname=ql"
+        );
+        assert_eq!(
+            mask_secrets("postgres://db/ql?password=x&user=y"),
+            "postgres://db/ql?password=****&user=y"
+        );
+        assert_eq!(mask_secrets("http://127.0.0.1:4318"), "http://127.0.0.1:4318");
+    }
+
+    #[test]
+    fn file_keys_map_to_their_flags_environment_variables() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let command = <Cli as clap::CommandFactory>::command();
+        let arguments: Vec<&clap::Arg> = command.get_arguments().collect();
+        let settings = file_settings(
+            "port = 9000\nallowed_host = [\"a.example\", \"b.example\"]\nrequire-auth = true\nrate_limit = 2.5\n",
+            &arguments,
+        )
+        .unwrap();
+        assert_eq!(
+            settings,
+            [
+                ("QUERYLAYER_ALLOWED_HOSTS".to_string(), "a.example,b.example".to_string()),
+                ("QUERYLAYER_PORT".into(), "9000".into()),
+                ("QUERYLAYER_RATE_LIMIT".into(), "2.5".into()),
+                ("QUERYLAYER_REQUIRE_AUTH".into(), "true".into()),
+            ]
+        );
+        assert!(file_settings("prot = 1", &arguments).unwrap_err().contains("unknown setting"));
+        assert!(file_settings("print_config = true", &arguments).unwrap_err().contains("cannot be set"));
+        assert!(file_settings("port = ", &arguments).unwrap_err().contains("not valid TOML"));
+    }
 
     fn list(extra_hosts: &[&str], extra_origins: &[&str]) -> AllowList {
         let mut hosts: Vec<String> = DEFAULT_HOSTS.iter().map(|s| s.to_string()).collect();

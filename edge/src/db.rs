@@ -2,7 +2,6 @@
 //! named arguments, and the transactions the edge wraps around it (authenticate, the call,
 //! the audit row, commit). Nothing here decides anything; the database does.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use deadpool_postgres::GenericClient;
@@ -11,7 +10,6 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::NoTls;
 use uuid::Uuid;
 
 use crate::auth::Fingerprint;
@@ -96,9 +94,14 @@ impl Call {
     }
 
     pub(crate) async fn run(&self, client: &impl GenericClient) -> Result<Value, tokio_postgres::Error> {
-        let statement = client.prepare_cached(&self.sql()).await?;
-        let row = client.query_one(&statement, &self.params()).await?;
-        Ok(row.get::<_, Option<Value>>(0).unwrap_or(Value::Null))
+        use tracing::Instrument;
+        async {
+            let statement = client.prepare_cached(&self.sql()).await?;
+            let row = client.query_one(&statement, &self.params()).await?;
+            Ok(row.get::<_, Option<Value>>(0).unwrap_or(Value::Null))
+        }
+        .instrument(crate::telemetry::db_span(self.function))
+        .await
     }
 }
 
@@ -188,8 +191,7 @@ impl Db {
     /// A pool of connections to `url` (a libpq URL or key/value string). The password inside
     /// it is never logged.
     pub fn connect(url: &str, max_size: usize, statement_timeout: Duration) -> Result<Db, String> {
-        let mut config = tokio_postgres::Config::from_str(url)
-            .map_err(|e| format!("DATABASE_URL is not a valid PostgreSQL connection string: {e}"))?;
+        let crate::pgtls::PgConnect { mut config, tls, .. } = crate::pgtls::parse(url)?;
         if config.get_application_name().is_none() {
             config.application_name("querylayer-edge");
         }
@@ -197,7 +199,7 @@ impl Db {
         config.options(format!("{options} -c statement_timeout={}", statement_timeout.as_millis()).trim());
         config.connect_timeout(Duration::from_secs(5));
         let manager =
-            Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+            Manager::from_config(config, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(max_size)
             .wait_timeout(Some(Duration::from_secs(10)))
@@ -210,7 +212,15 @@ impl Db {
     }
 
     pub(crate) async fn client(&self) -> Result<Object, Error> {
-        Ok(self.pool.get().await?)
+        let started = std::time::Instant::now();
+        let client = self.pool.get().await;
+        crate::metrics::pool_wait(started.elapsed(), client.is_ok());
+        Ok(client?)
+    }
+
+    /// The pool's size, open, idle and waiting counts (the metrics' gauges).
+    pub fn pool_status(&self) -> deadpool_postgres::Status {
+        self.pool.status()
     }
 
     /// The server's public key material (no context needed: it is public).

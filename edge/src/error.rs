@@ -328,8 +328,9 @@ impl Error {
     /// Maps a database error through the SQLSTATE table. Messages and hints of 4xx refusals
     /// come from the governed functions and are meant for the caller; anything else is opaque.
     pub fn from_db(e: &tokio_postgres::Error) -> Self {
+        crate::metrics::database_error(e.as_db_error().map(|db| db.code().code()));
         let Some(db) = e.as_db_error() else {
-            return Error::unavailable(format!("database connection: {e}"));
+            return Error::unavailable(format!("database connection: {}", crate::pgtls::describe(e)));
         };
         let sqlstate = db.code().code();
         let (code, status) = classify(sqlstate);
@@ -466,7 +467,12 @@ impl From<tokio_postgres::Error> for Error {
 impl From<deadpool_postgres::PoolError> for Error {
     fn from(e: deadpool_postgres::PoolError) -> Self {
         match e {
-            deadpool_postgres::PoolError::Backend(e) => Error::from_db(&e),
+            // Only making a new connection fails here: whatever the SQLSTATE (a password, a
+            // pg_hba.conf rule), the database is unavailable to this edge, and the log says why.
+            deadpool_postgres::PoolError::Backend(e) => {
+                crate::metrics::database_error(e.as_db_error().map(|db| db.code().code()));
+                Error::unavailable(format!("database connection: {}", crate::pgtls::describe(&e)))
+            }
             other => Error::unavailable(format!("connection pool: {other}")),
         }
     }
@@ -482,6 +488,28 @@ impl IntoResponse for Error {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
+    }
+}
+
+/// The outcome of one MCP tool call, for the metrics: `ok`, `error` with the edge's error code,
+/// `retry_later` (a retryable refusal) or `protocol_error`.
+pub fn tool_outcome(
+    response: &Result<rmcp::model::CallToolResponse, rmcp::ErrorData>,
+) -> (&'static str, String) {
+    fn data_code(data: Option<&serde_json::Value>) -> String {
+        data.and_then(|d| d.get("code")).and_then(|c| c.as_str()).unwrap_or("").to_string()
+    }
+    match response {
+        Err(e) if e.code.0 == RETRY_LATER => ("retry_later", data_code(e.data.as_ref())),
+        Err(e) => ("protocol_error", data_code(e.data.as_ref())),
+        Ok(rmcp::model::CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+            let meta = result.meta.as_ref().and_then(|m| m.0.get(TOOL_ERROR_META_KEY));
+            match data_code(meta) {
+                code if is_retryable_code(&code) => ("retry_later", code),
+                code => ("error", code),
+            }
+        }
+        Ok(_) => ("ok", String::new()),
     }
 }
 

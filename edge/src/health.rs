@@ -39,6 +39,7 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// The readiness connection and the last answer.
 pub struct Readiness {
     config: tokio_postgres::Config,
+    tls: crate::pgtls::MakeTls,
     state: Mutex<ReadinessState>,
 }
 
@@ -49,8 +50,8 @@ struct ReadinessState {
 }
 
 impl Readiness {
-    pub fn new(config: tokio_postgres::Config) -> Arc<Self> {
-        Arc::new(Readiness { config, state: Mutex::new(ReadinessState::default()) })
+    pub fn new(config: tokio_postgres::Config, tls: crate::pgtls::MakeTls) -> Arc<Self> {
+        Arc::new(Readiness { config, tls, state: Mutex::new(ReadinessState::default()) })
     }
 
     /// (ready, report).
@@ -88,7 +89,7 @@ impl Readiness {
         if state.client.as_ref().is_none_or(|c| c.is_closed()) {
             let (client, connection) = self
                 .config
-                .connect(tokio_postgres::NoTls)
+                .connect(self.tls.clone())
                 .await
                 .map_err(|e| format!("cannot connect: {}", short(&e)))?;
             tokio::spawn(async move {

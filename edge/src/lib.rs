@@ -30,9 +30,12 @@ pub mod limits;
 pub mod listener;
 pub mod llm;
 pub mod mcp;
+pub mod metrics;
+pub mod pgtls;
 pub mod rate;
 pub mod state;
 pub mod strict_json;
+pub mod telemetry;
 pub mod v1;
 pub mod worker;
 
@@ -65,6 +68,7 @@ pub fn app(state: AppState) -> Router {
         .merge(auth::router())
         .merge(health::router())
         .route("/.well-known/agent-card.json", axum::routing::get(v1::agent_card))
+        .route(card::DOCUMENTATION_PATH, axum::routing::get(card::documentation))
         .fallback(|| async { Error::not_found("no such endpoint").into_response() })
         .layer(middleware::from_fn(log_request))
         // One body limit, the operator's: axum's own 2 MiB default for extractors is lifted.
@@ -76,6 +80,7 @@ pub fn app(state: AppState) -> Router {
             state.config.request_timeout + body::OUTER_TIMEOUT_MARGIN,
         ))
         .layer(middleware::from_fn(explain_limits))
+        .layer(middleware::from_fn(telemetry::observe))
         .with_state(state)
 }
 

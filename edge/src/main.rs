@@ -6,18 +6,19 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rmcp::ServiceExt;
 
 use querylayer_edge::admin::{self, AdminArgs};
 use querylayer_edge::auth::Fingerprint;
 use querylayer_edge::commands;
 use querylayer_edge::compat;
-use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
+use querylayer_edge::config::{self, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
 use querylayer_edge::error::Code;
 use querylayer_edge::ledger::{self, LedgerArgs};
 use querylayer_edge::mcp::{self, QueryLayerMcp};
+use querylayer_edge::telemetry::init_logging;
 use querylayer_edge::worker::{self, WorkerArgs};
 use querylayer_edge::{app, listener, shutdown_signal, AppState};
 
@@ -70,7 +71,14 @@ struct McpServeArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The configuration file sits under the flags and the environment (config.rs).
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Err(e) = config::apply_config_file(&Cli::command(), &argv) {
+        eprintln!("querylayer serve: {e}");
+        return ExitCode::from(2);
+    }
+    let matches = Cli::command().get_matches_from(&argv);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let code = runtime.block_on(async move {
         match cli.command {
@@ -106,8 +114,12 @@ fn main() -> ExitCode {
                     2
                 }
             },
+            Command::Serve(args) if args.print_config => {
+                print!("{}", config::effective_config(&args, cli.log_format, &matches, &Cli::command()));
+                0
+            }
             Command::Serve(args) => {
-                init_logging(cli.log_format);
+                querylayer_edge::telemetry::init(cli.log_format, args.otlp_endpoint.as_deref());
                 match serve(args).await {
                     Ok(()) => 0,
                     Err(e) => {
@@ -151,6 +163,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = stop_tx.send(true);
     });
     let limits = config.listener.clone();
+    if let Some(address) = &args.metrics_listen {
+        let bound = {
+            let db = db.clone();
+            let pool: querylayer_edge::metrics::PoolStatus = std::sync::Arc::new(move || db.pool_status());
+            querylayer_edge::metrics::serve(address, pool, stop_rx.clone()).await?
+        };
+        tracing::info!(address = %bound, "metrics at /metrics");
+    }
     let state = AppState::new(db, config);
     let (reads, writes) = state.sites.budgets();
     tracing::info!(

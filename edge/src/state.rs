@@ -30,7 +30,7 @@ impl AppState {
         let auth_failures = Arc::new(FailureBudget::new(config.auth_failure_rate, config.auth_failure_burst));
         let sites =
             Arc::new(SiteLimits::new(0, Some(config.site_reads), Some(config.site_writes), config.site_wait));
-        let readiness = Readiness::new(config.readiness.clone());
+        let readiness = Readiness::new(config.readiness.clone(), config.readiness_tls.clone());
         AppState { db, config: Arc::new(config), limiter, auth_failures, sites, readiness }
     }
 }

@@ -39,6 +39,10 @@ fn state() -> AppState {
         llm_url: None,
         llm_model: None,
         llm_timeout_secs: 60,
+        metrics_listen: None,
+        otlp_endpoint: None,
+        config: None,
+        print_config: false,
     };
     let db = Db::connect(&args.database_url, 1, Duration::from_secs(1)).unwrap();
     AppState::new(db, HttpConfig::from_args(&args).unwrap())

@@ -431,7 +431,13 @@ impl ServerHandler for QueryLayerMcp {
             let sha256 = request_sha256(tool, arguments.as_ref());
             ctx.extensions.insert(WriteRequest { sha256, replayed: replayed.clone() });
         }
-        let response = self.tools.call(ToolCallContext::new(self, request, ctx)).await?;
+        let span = crate::telemetry::tool_span(tool, ctx.extensions.get());
+        let response =
+            tracing::Instrument::instrument(self.tools.call(ToolCallContext::new(self, request, ctx)), span)
+                .await;
+        let (outcome, code) = crate::error::tool_outcome(&response);
+        crate::metrics::tool_call(tool, started, outcome, &code);
+        let response = response?;
         // "Retry later" is one JSON-RPC error for every MCP client, not a tool result.
         if let Some(error) = retryable_error(&response) {
             return Err(error);
