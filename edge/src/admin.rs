@@ -16,7 +16,8 @@ pub struct AdminArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
 
-    /// Print the function's JSON result instead of text.
+    /// Print the function's JSON result instead of text; an error is then one JSON object
+    /// `{"error": {"code", "message", "hint"}}` on stderr (the exit status is 1 or 2 as without it).
     #[arg(long, global = true)]
     pub json: bool,
 
@@ -28,61 +29,80 @@ pub struct AdminArgs {
 pub enum AdminCommand {
     /// Create an organization.
     CreateOrganization {
+        /// The organization's slug (lowercase letters, digits and dashes), used by every other command.
         #[arg(long)]
         slug: String,
+        /// Its display name (defaults to the slug).
         #[arg(long)]
         name: Option<String>,
     },
     /// Create a site in an organization.
     CreateSite {
+        /// The organization's slug.
         #[arg(long)]
         organization: String,
+        /// The site's slug (lowercase letters, digits and dashes), unique on this server.
         #[arg(long)]
         slug: String,
+        /// Its display name (defaults to the slug).
         #[arg(long)]
         name: Option<String>,
     },
     /// Create a member (a person) in an organization.
     CreateMember {
+        /// The organization's slug.
         #[arg(long)]
         organization: String,
+        /// The member's handle in the organization (their sign-in name).
         #[arg(long)]
         handle: String,
+        /// The name shown for them (defaults to the handle).
         #[arg(long)]
         display_name: Option<String>,
     },
     /// Give a member a role on a site (owner, admin, editor, viewer), or `none` to remove it.
     SetMemberRole {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// The member's handle.
         #[arg(long)]
         member: String,
+        /// owner, admin, editor, viewer, or none.
         #[arg(long)]
         role: String,
     },
     /// Issue a console token for a member on a site (the token is printed once).
     CreateMemberToken {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// The member's handle (they need a role on the site).
         #[arg(long)]
         member: String,
+        /// A name for the token, to recognise it later (defaults to "<member> <timestamp>").
         #[arg(long)]
         name: Option<String>,
-        /// How long it lives (a PostgreSQL interval: 8h, 30 days, …).
+        /// How long it lives (a PostgreSQL interval: 8h, 30 days, …); at most 366 days: a
+        /// credential lives at most a year (a longer one is refused, 22023).
         #[arg(long, default_value = "8 hours")]
         expires_in: String,
     },
     /// Revoke a member token.
     RevokeMemberToken {
+        /// The token's id (`token_id` when it was issued).
         #[arg(long)]
         id: uuid::Uuid,
+        /// Why, for the audit trail.
         #[arg(long)]
         reason: Option<String>,
     },
     /// Register an agent identity in an organization.
     CreateAgent {
+        /// The organization's slug.
         #[arg(long)]
         organization: String,
+        /// The agent's handle in the organization.
         #[arg(long)]
         handle: String,
         /// generic or hermes.
@@ -97,8 +117,10 @@ pub enum AdminCommand {
     },
     /// Grant an agent permissions (scopes) on a site.
     GrantScopes {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// The agent's handle.
         #[arg(long)]
         agent: String,
         /// Comma-separated, e.g. content:read,runs:write.
@@ -107,26 +129,32 @@ pub enum AdminCommand {
     },
     /// Withdraw an agent's permissions on a site (its connections lose them at once).
     RevokeScopes {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// The agent's handle.
         #[arg(long)]
         agent: String,
+        /// Comma-separated, e.g. runs:write.
         #[arg(long, value_delimiter = ',', required = true)]
         scopes: Vec<String>,
     },
     /// Issue a connection for an agent on a site (the secret is printed once).
     CreateConnection {
+        /// The site's slug (a connection acts on one site only).
         #[arg(long)]
         site: String,
+        /// The agent's handle (it needs the scopes granted on the site).
         #[arg(long)]
         agent: String,
         /// Comma-separated, e.g. content:read,runs:write.
         #[arg(long, value_delimiter = ',', required = true)]
         scopes: Vec<String>,
-        /// How long it lives (a PostgreSQL interval: 1h, 30 days, …).
+        /// How long it lives (a PostgreSQL interval: 1h, 30 days, …); at most 366 days: a
+        /// credential lives at most a year (a longer one is refused, 22023).
         #[arg(long)]
         expires_in: String,
-        /// Defaults to "<agent> <timestamp>".
+        /// A name for the connection, to recognise it later (defaults to "<agent> <timestamp>").
         #[arg(long)]
         name: Option<String>,
         /// The harness the agent runs in (hermes, codex, generic, …).
@@ -154,33 +182,41 @@ pub enum AdminCommand {
     /// Issue a challenge for binding a did:key to a connection of a site: the key's holder signs
     /// it (`querylayer envelope prove`) and `create-connection --did-proof` takes the result.
     CreateDidChallenge {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// The Ed25519 did:key to bind (did:key:z6Mk…).
         #[arg(long)]
         did: String,
     },
     /// Revoke a connection at once.
     RevokeConnection {
+        /// The connection's id (`connection_id`, or the first column of list-connections).
         #[arg(long)]
         id: uuid::Uuid,
+        /// Why, for the audit trail.
         #[arg(long)]
         reason: Option<String>,
     },
     /// List a site's connections (prefix, scopes, expiry, state; never a secret).
     ListConnections {
+        /// The site's slug.
         #[arg(long)]
         site: String,
     },
     /// Walk a site's hash chain and report the first broken link, if any.
     VerifyLedger {
+        /// The site's slug.
         #[arg(long)]
         site: String,
     },
     /// The newest audit records of a site, or without --site those of no site (failed
     /// authentications). Never a secret, a fingerprint or argument values.
     ListAudit {
+        /// The site's slug; without it, the records of no site.
         #[arg(long)]
         site: Option<String>,
+        /// How many records, newest first.
         #[arg(long, default_value_t = 50)]
         limit: i32,
     },
@@ -188,6 +224,7 @@ pub enum AdminCommand {
     SeedDemo,
     /// Import topical strategy opportunities for a site, with provenance (source, batch, time).
     ImportStrategy {
+        /// The site's slug.
         #[arg(long)]
         site: String,
         /// Where the opportunities come from (a tool export, a strategist, …).
@@ -199,10 +236,13 @@ pub enum AdminCommand {
     },
     /// Add a topic to a site's topical map (operators seed the map; agents only propose).
     AddTopic {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// The topic's slug, unique on the site.
         #[arg(long)]
         slug: String,
+        /// The topic's title.
         #[arg(long)]
         title: String,
         /// The parent topic's slug.
@@ -211,6 +251,7 @@ pub enum AdminCommand {
     },
     /// Report form screening decisions for a site.
     ReportFormScreening {
+        /// The site's slug.
         #[arg(long)]
         site: String,
         /// A JSON file (`-` for stdin): an array of `{"form", "decision": accepted|rejected|review,
@@ -223,22 +264,28 @@ pub enum AdminCommand {
     PurgeFormScreening,
     /// Change a server setting (evidence_reverify_after_days, form_rejected_retention_days, …).
     SetSetting {
+        /// The setting's key (get-settings lists them; docs/api.md says what each means).
         #[arg(long)]
         key: String,
+        /// Its new value, as text (`true`, `30`, …).
         #[arg(long)]
         value: String,
     },
     /// Make a site's waiting evidence re-verification jobs due now.
     MakeEvidenceDue {
+        /// The site's slug.
         #[arg(long)]
         site: String,
     },
     /// Cancel an open run (its history records that an operator closed it, and why).
     CancelRun {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// The run's id.
         #[arg(long)]
         run: uuid::Uuid,
+        /// Why, for the run's history.
         #[arg(long)]
         reason: Option<String>,
     },
@@ -250,14 +297,17 @@ pub enum AdminCommand {
     ListPartitions,
     /// What retention dropped, with the signed summaries and whether each signature verifies.
     ListRetentionDrops {
+        /// How many drops, newest first.
         #[arg(long, default_value_t = 50)]
         limit: i32,
     },
     /// Invite a member to a site's dashboard: a one-time link to set their password (printed
     /// once). Creates the member when the handle is new; sets the role when one is given.
     InviteMember {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// The member's handle (a new handle creates the member in the site's organization).
         #[arg(long)]
         member: String,
         /// owner, admin, editor or viewer (required for a member without a role on the site).
@@ -275,43 +325,90 @@ pub enum AdminCommand {
     },
     /// End a member's dashboard session at once.
     RevokeMemberSession {
+        /// The session's id.
         #[arg(long)]
         id: uuid::Uuid,
+        /// Why, for the audit trail.
         #[arg(long)]
         reason: Option<String>,
     },
     /// Issue a site's delivery token for its website (read-only, published content only; printed once).
     CreateDeliveryToken {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// A name for the token (the website it serves, say).
         #[arg(long)]
         name: String,
+        /// How long it lives (a PostgreSQL interval); at most 366 days: a credential lives at
+        /// most a year (a longer one is refused, 22023).
         #[arg(long, default_value = "90 days")]
         expires_in: String,
     },
     /// Revoke a delivery token at once.
     RevokeDeliveryToken {
+        /// The token's id.
         #[arg(long)]
         id: uuid::Uuid,
+        /// Why, for the audit trail.
         #[arg(long)]
         reason: Option<String>,
     },
     /// Serve a site's published content without a token (true) or only with one (false).
     SetDeliveryPublic {
+        /// The site's slug.
         #[arg(long)]
         site: String,
+        /// true or false.
         #[arg(long, action = clap::ArgAction::Set)]
         public: bool,
     },
+    /// Define a content template on a site; a new definition of an existing name is its next
+    /// version (drafts name the template they follow).
+    CreateTemplate {
+        /// The site's slug.
+        #[arg(long)]
+        site: String,
+        /// The template's name (lowercase letters, digits, `_` and `-`).
+        #[arg(long)]
+        name: String,
+        /// A JSON file (`-` for stdin): an array of fields `{"name", "type": text|markdown|url|list,
+        /// "required": true|false, "max_length"?}`.
+        #[arg(long, value_parser = json_file)]
+        fields: Value,
+    },
+    /// Import a site's rights document (RBAC and ODRL, docs/semantics.md) as its next version. A
+    /// document with problems is stored, listed in the answer, and makes every decision deny.
+    ImportRights {
+        /// The site's slug.
+        #[arg(long)]
+        site: String,
+        /// The document's file (`-` for stdin), JSON.
+        #[arg(long, value_parser = text_file)]
+        file: String,
+    },
+    /// The server's settings and their current values (change one with set-setting).
+    GetSettings,
+    /// Retire the server's signing key and generate a new one; attestations and checkpoints
+    /// signed earlier stay verifiable against the retired key. Prints the server's keys.
+    RotateServerKey,
+    /// The sites of this server, with the number of records in each one's history and its last
+    /// signed checkpoint.
+    ListSites,
+}
+
+/// Reads a file, or stdin for `-`.
+fn text_file(path: &str) -> Result<String, String> {
+    if path == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))
+    } else {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))
+    }
 }
 
 /// Reads a JSON document from a file, or from stdin for `-`.
 fn json_file(path: &str) -> Result<Value, String> {
-    let text = if path == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| format!("cannot read stdin: {e}"))?
-    } else {
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?
-    };
+    let text = text_file(path)?;
     serde_json::from_str(&text).map_err(|e| format!("{path} is not JSON: {e}"))
 }
 
@@ -453,6 +550,33 @@ impl AdminCommand {
             AdminCommand::SetDeliveryPublic { site, public } => {
                 Call::new("set_delivery_public").arg("p_site", site).arg("p_public", public)
             }
+            AdminCommand::CreateTemplate { site, name, fields } => {
+                Call::new("create_template").arg("p_site", site).arg("p_name", name).arg("p_fields", fields)
+            }
+            AdminCommand::ImportRights { site, file } => {
+                Call::new("import_rights").arg("p_site", site).arg("p_document", file)
+            }
+            AdminCommand::GetSettings => Call::new("get_settings"),
+            AdminCommand::RotateServerKey => Call::new("rotate_server_key"),
+            AdminCommand::ListSites => Call::new("ledger_sites"),
+        }
+    }
+}
+
+/// Reports a failure on stderr: a line (and a hint) for people, or with `--json` one JSON object
+/// `{"error": {"code", "message", "hint"}}`.
+/// `refused`: the database refused the call (its code goes in the line); otherwise the command
+/// failed before it (no database, bad input: `usage`, `invalid_argument`, `unavailable`).
+pub fn report_error(json: bool, code: &str, message: &str, hint: Option<&str>, refused: bool) {
+    if json {
+        let error = serde_json::json!({"error": {"code": code, "message": message, "hint": hint}});
+        eprintln!("{error}");
+    } else if !refused {
+        eprintln!("querylayer admin: {message}");
+    } else {
+        eprintln!("querylayer admin: {message} ({code})");
+        if let Some(hint) = hint {
+            eprintln!("hint: {hint}");
         }
     }
 }
@@ -460,13 +584,19 @@ impl AdminCommand {
 /// Runs one admin command; returns the process exit code.
 pub async fn run(args: AdminArgs) -> i32 {
     let Some(url) = args.database_url else {
-        eprintln!("querylayer admin: set DATABASE_URL (or --database-url) to an operator login");
+        report_error(
+            args.json,
+            "usage",
+            "set DATABASE_URL (or --database-url) to an operator login",
+            None,
+            false,
+        );
         return 2;
     };
     let db = match Db::connect(&url, 1, Duration::from_secs(60)) {
         Ok(db) => db,
         Err(e) => {
-            eprintln!("querylayer admin: {e}");
+            report_error(args.json, "usage", &e, None, false);
             return 2;
         }
     };
@@ -478,7 +608,7 @@ pub async fn run(args: AdminArgs) -> i32 {
     let command = match prove_binding(&db, args.command).await {
         Ok(command) => command,
         Err(e) => {
-            eprintln!("querylayer admin: {e}");
+            report_error(args.json, "invalid_argument", &e, None, false);
             return 1;
         }
     };
@@ -496,10 +626,7 @@ pub async fn run(args: AdminArgs) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("querylayer admin: {} ({})", e.message, e.code);
-            if let Some(hint) = &e.hint {
-                eprintln!("hint: {hint}");
-            }
+            report_error(args.json, e.code.as_str(), &e.message, e.hint.as_deref(), true);
             1
         }
     }
@@ -584,6 +711,7 @@ enum CommandKind {
     Audit,
     Demo,
     Rows,
+    Sites,
     Other,
 }
 
@@ -597,6 +725,7 @@ impl CommandKind {
             AdminCommand::ListAudit { .. } => CommandKind::Audit,
             AdminCommand::SeedDemo => CommandKind::Demo,
             AdminCommand::ListPartitions | AdminCommand::ListRetentionDrops { .. } => CommandKind::Rows,
+            AdminCommand::ListSites => CommandKind::Sites,
             _ => CommandKind::Other,
         }
     }
@@ -684,6 +813,49 @@ fn print_text(kind: CommandKind, value: &Value) {
                 print_fields(row, "");
             }
         }
+        CommandKind::Sites => {
+            println!("{:<32}  {:<36}  {:>10}  checkpoint", "site", "id", "records");
+            for r in value.as_array().cloned().unwrap_or_default() {
+                println!(
+                    "{:<32}  {:<36}  {:>10}  {}",
+                    text(&r["site"]),
+                    text(&r["site_id"]),
+                    text(&r["records"]),
+                    text(&r["checkpoint_seq"])
+                );
+            }
+        }
         CommandKind::Other => print_fields(value, ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{Args, Command};
+
+    use super::AdminArgs;
+
+    /// Every flag of every `querylayer admin` command says what it is.
+    #[test]
+    fn every_admin_flag_has_help() {
+        let admin = AdminArgs::augment_args(Command::new("admin"));
+        let mut missing = Vec::new();
+        for command in std::iter::once(&admin).chain(admin.get_subcommands()) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id != "help"
+                    && id != "version"
+                    && arg.get_help().is_none()
+                    && arg.get_long_help().is_none()
+                {
+                    missing.push(format!("{} --{id}", command.get_name()));
+                }
+            }
+            if command.get_name() != "admin" && command.get_about().is_none() {
+                missing.push(command.get_name().to_string());
+            }
+        }
+        assert!(missing.is_empty(), "without help: {missing:?}");
+        assert!(admin.get_subcommands().count() >= 36);
     }
 }

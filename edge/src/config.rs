@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 pub use crate::telemetry::LogFormat;
 

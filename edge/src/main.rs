@@ -1,11 +1,13 @@
 //! The `querylayer` command: the edge service (`serve`), the same tools over stdio
 //! (`mcp-serve`), the operator tools (`admin`), verifiable history (`ledger`), the background
-//! worker (`worker`), and the offline commands (`agent-card`, `tool-schemas`, `envelope`).
+//! worker (`worker`), and the offline commands (`agent-card`, `tool-schemas`, `envelope`,
+//! `completion`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rmcp::ServiceExt;
 
@@ -61,6 +63,14 @@ enum Command {
     /// Print the tool registry and the scope catalogue as JSON (read by the test tiers).
     #[command(hide = true)]
     Tools,
+    /// Print a shell completion script: `querylayer completion bash > /etc/bash_completion.d/querylayer`,
+    /// `querylayer completion zsh > "${fpath[1]}/_querylayer"`,
+    /// `querylayer completion fish > ~/.config/fish/completions/querylayer.fish`.
+    Completion {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -77,8 +87,24 @@ fn main() -> ExitCode {
         eprintln!("querylayer serve: {e}");
         return ExitCode::from(2);
     }
-    let matches = Cli::command().get_matches_from(&argv);
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let parsed =
+        Cli::command().try_get_matches_from(&argv).and_then(|m| Cli::from_arg_matches(&m).map(|c| (c, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            // `querylayer admin … --json` promises JSON: a usage error is JSON too (on stderr).
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            let asked = args.iter().any(|a| a == "--json") && args.iter().any(|a| a == "admin");
+            let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+            if asked && !shown {
+                let text = e.render().to_string();
+                let message = text.trim().trim_start_matches("error: ");
+                admin::report_error(true, "usage", message, None, false);
+                return ExitCode::from(2);
+            }
+            e.exit()
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let code = runtime.block_on(async move {
         match cli.command {
@@ -104,6 +130,10 @@ fn main() -> ExitCode {
             }
             Command::Tools => {
                 println!("{}", serde_json::to_string_pretty(&mcp::registry::to_json()).expect("JSON"));
+                0
+            }
+            Command::Completion { shell } => {
+                clap_complete::generate(shell, &mut Cli::command(), "querylayer", &mut std::io::stdout());
                 0
             }
             Command::Envelope(command) => match commands::envelope(command) {
@@ -194,12 +224,28 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 }
 
 async fn mcp_serve(args: McpServeArgs) -> Result<(), String> {
+    let (db, secret) = match mcp_serve_start(args).await {
+        Ok(started) => started,
+        Err(e) => {
+            refuse_over_stdio(&e).await;
+            return Err(e);
+        }
+    };
+    let server = QueryLayerMcp::for_stdio(db, &secret);
+    drop(secret);
+    let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("stdio: {e}"))?;
+    running.waiting().await.map_err(|e| format!("stdio: {e}"))?;
+    Ok(())
+}
+
+/// What `mcp-serve` checks before it serves: the secret, the database and its version, and that
+/// the secret is live (every call authenticates again anyway).
+async fn mcp_serve_start(args: McpServeArgs) -> Result<(Db, String), String> {
     let secret = std::env::var("QUERYLAYER_TOKEN")
         .map_err(|_| "set QUERYLAYER_TOKEN to the connection secret".to_string())?;
     let secret = secret.trim().to_string();
     let db = Db::connect(&args.database_url, 2, Duration::from_secs(20))?;
     compat::require(&db).await?;
-    // Fail fast on a dead secret; every call authenticates again anyway.
     let fingerprint = Fingerprint::of(&secret);
     if let Err(e) = db.authenticate(&fingerprint).await {
         if e.code == Code::Unauthenticated {
@@ -207,9 +253,30 @@ async fn mcp_serve(args: McpServeArgs) -> Result<(), String> {
         }
         return Err(format!("QUERYLAYER_TOKEN: {}", e.message));
     }
-    let server = QueryLayerMcp::for_stdio(db, &secret);
-    drop(secret);
-    let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("stdio: {e}"))?;
-    running.waiting().await.map_err(|e| format!("stdio: {e}"))?;
-    Ok(())
+    Ok((db, secret))
+}
+
+/// A start-up failure of `mcp-serve`, told to the MCP client rather than only to the log: the
+/// first request it sends (`initialize`) is answered with a JSON-RPC error whose message is the
+/// reason, which clients show (instead of "connection closed"). Waits at most 30 s for it.
+async fn refuse_over_stdio(reason: &str) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let answer = async {
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(request) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+            // Notifications (no id) get no answer.
+            let Some(id) = request.get("id").filter(|id| !id.is_null()) else { continue };
+            let reply = serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {"code": -32000, "message": format!("querylayer mcp-serve could not start: {reason}")},
+            });
+            let mut stdout = tokio::io::stdout();
+            let _ = stdout.write_all(format!("{reply}\n").as_bytes()).await;
+            let _ = stdout.flush().await;
+            return;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(30), answer).await;
 }

@@ -1,6 +1,7 @@
 //! The client-side tier: the installed extension in a real cluster, reached through the real
 //! roles over real logins. Each test gets a fresh database.
 
+mod admin_cli;
 mod content;
 mod context;
 mod envelopes;

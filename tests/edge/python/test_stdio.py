@@ -37,9 +37,19 @@ async def test_stdio_serves_the_connections_tools(mode):
         assert '"tool":"querylayer_begin_run"' in log.read(), "mcp-serve's log lines reach the searched log"
 
 
-async def test_stdio_with_a_revoked_secret_lists_nothing():
+def messages(e: BaseException) -> str:
+    """The messages of an exception and of every exception it groups or was raised from."""
+    parts = [str(e)] + [messages(inner) for inner in getattr(e, "exceptions", ())]
+    if e.__cause__ is not None:
+        parts.append(messages(e.__cause__))
+    return "\n".join(parts)
+
+
+async def test_stdio_with_a_revoked_secret_lists_nothing_and_says_why():
     connection = mint()
     admin("revoke-connection", "--id", connection["connection_id"])
-    with pytest.raises(BaseException):
+    with pytest.raises(BaseException) as raised:
         async with Client(server(connection["secret"]), mode="legacy") as client:
             await client.list_tools()
+    # The reason reaches the client as an MCP error, not as a closed connection.
+    assert "could not start: QUERYLAYER_TOKEN: authentication failed" in messages(raised.value)
