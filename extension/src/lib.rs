@@ -123,8 +123,6 @@ mod durability_tests;
 mod ledger_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;
-#[cfg(any(test, feature = "pg_test"))]
-mod pg_tests_faults;
 
 /// Hooks for `cargo pgrx test`.
 #[cfg(test)]
