@@ -111,4 +111,29 @@ mod tests {
         authenticate(&secret);
         authenticate(&secret);
     }
+
+    #[pg_test]
+    fn every_list_refuses_a_limit_outside_its_range_with_the_same_sqlstate_and_message() {
+        let secret = demo_secret();
+        let expected = ("22023".to_string(), "limit must be between 1 and 500".to_string());
+        // The operator's lists (as the superuser, an operator).
+        for limit in [0, 501] {
+            for list in [
+                format!("SELECT * FROM querylayer_api.list_audit('demo', {limit})"),
+                format!("SELECT * FROM querylayer_api.list_envelope_receipts(NULL, {limit})"),
+                format!("SELECT * FROM querylayer_api.list_retention_drops({limit})"),
+            ] {
+                assert_eq!(failure(&list), expected, "{list}");
+            }
+        }
+        Spi::run("SELECT * FROM querylayer_api.list_audit('demo', 500)").unwrap();
+        // The agent's lists: list_lineage refuses as list_runs does.
+        authenticate(&secret);
+        for limit in [0, 501] {
+            let runs = failure(&format!("SELECT querylayer_api.list_runs({limit})"));
+            assert_eq!(runs, expected);
+            assert_eq!(failure(&format!("SELECT querylayer_api.list_lineage(NULL, {limit})")), runs);
+        }
+        Spi::run("SELECT querylayer_api.list_lineage(NULL, 500)").unwrap();
+    }
 }
