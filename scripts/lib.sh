@@ -1,7 +1,6 @@
 # Shared by the scripts in this folder: machine set-up and a throwaway PostgreSQL cluster.
 # shellcheck shell=bash
 
-PGRX_VERSION=0.18.0
 PG_MAJOR=15
 # Overridable so that two checkouts can test side by side on one machine: another PostgreSQL
 # installation (PG_CONFIG, PG_BIN), other ports (QUERYLAYER_PORT_OFFSET is added to every port
@@ -12,6 +11,8 @@ PG_CONFIG=${PG_CONFIG:-/usr/bin/pg_config}
 PORT_OFFSET=${QUERYLAYER_PORT_OFFSET:-0}
 TMP_BASE=${QUERYLAYER_TMP:-/tmp}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# cargo-pgrx must be the version of the pgrx crate, which the workspace's Cargo.toml pins.
+PGRX_VERSION=$(sed -n 's/^pgrx = "=\(.*\)"$/\1/p' "$ROOT/Cargo.toml")
 
 # The scratch directory is shared with the postgres user, like /tmp.
 if [ "$TMP_BASE" != /tmp ]; then mkdir -p "$TMP_BASE" && chmod 1777 "$TMP_BASE"; fi
@@ -20,6 +21,12 @@ if [ "$TMP_BASE" != /tmp ]; then mkdir -p "$TMP_BASE" && chmod 1777 "$TMP_BASE";
 port() { echo $(($1 + PORT_OFFSET)); }
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# A new password: $1 random bytes (default 24) in base64 without / + =.
+new_password() { head -c "${1:-24}" /dev/urandom | base64 | tr -d '/+='; }
+
+# $1 random bytes (default 16) in lower-case hex: seeds and passphrases.
+random_hex() { head -c "${1:-16}" /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 # Installs what building and testing need. Idempotent; quick when everything is present.
 setup_machine() {
@@ -295,6 +302,49 @@ stop_cluster() {
     local dir=$1
     [ -f "$dir/data/postmaster.pid" ] && sudo -u postgres "$PG_BIN/pg_ctl" -D "$dir/data" -m fast stop >/dev/null 2>&1
     true
+}
+
+# The database "querylayer" of the private cluster at directory $1, port $2, and its logins:
+# querylayer_edge may log in (EDGE_PASSWORD, EDGE_URL), ql_operator is a querylayer_admin
+# (OPERATOR_PASSWORD, ADMIN_URL) and, with --worker, ql_worker a querylayer_worker
+# (WORKER_PASSWORD, WORKER_URL). The passwords are new, set with statement logging off for this
+# session only, and appended to the file $SECRETS when it is set. The database is created with
+# the extension, or with --template DB as a copy of DB.
+create_querylayer_database() {
+    local dir=$1 port=$2 worker=0 create="CREATE DATABASE querylayer;
+\\c querylayer
+CREATE EXTENSION querylayer;"
+    shift 2
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --worker) worker=1 ;;
+            --template) create="CREATE DATABASE querylayer TEMPLATE $2;
+\\c querylayer"; shift ;;
+            *) echo "create_querylayer_database: unknown option $1" >&2; return 1 ;;
+        esac
+        shift
+    done
+    EDGE_PASSWORD=$(new_password)
+    OPERATOR_PASSWORD=$(new_password)
+    WORKER_PASSWORD=
+    local worker_role=
+    if [ $worker = 1 ]; then
+        WORKER_PASSWORD=$(new_password)
+        worker_role="CREATE ROLE ql_worker LOGIN PASSWORD '$WORKER_PASSWORD' IN ROLE querylayer_worker;"
+    fi
+    if [ -n "${SECRETS:-}" ]; then
+        printf '%s\n' "$EDGE_PASSWORD" "$OPERATOR_PASSWORD" ${WORKER_PASSWORD:+"$WORKER_PASSWORD"} >> "$SECRETS"
+    fi
+    psql_at "$dir" "$port" postgres -f - <<SQL
+$create
+SET log_statement = 'none';
+ALTER ROLE querylayer_edge LOGIN PASSWORD '$EDGE_PASSWORD';
+CREATE ROLE ql_operator LOGIN PASSWORD '$OPERATOR_PASSWORD' IN ROLE querylayer_admin;
+$worker_role
+SQL
+    EDGE_URL="postgres://querylayer_edge:$EDGE_PASSWORD@127.0.0.1:$port/querylayer"
+    ADMIN_URL="postgres://ql_operator:$OPERATOR_PASSWORD@127.0.0.1:$port/querylayer"
+    WORKER_URL=${WORKER_PASSWORD:+"postgres://ql_worker:$WORKER_PASSWORD@127.0.0.1:$port/querylayer"}
 }
 
 # A virtual environment for the Python test clients (tests/.venv), with the requirements of each

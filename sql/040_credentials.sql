@@ -322,3 +322,194 @@ BEGIN
         'expires_at', r.expires_at);
 END
 $$;
+
+-- -------------------------------------------------------------------------------------------
+-- Managing connections and member tokens: operators (querylayer admin) on any site, members
+-- (owner, admin) on their own site through /api/console. Revocation is shared with dashboard
+-- sessions (175_dashboard.sql) and delivery tokens (180_delivery.sql).
+
+CREATE FUNCTION querylayer.site_of_credential(p_table regclass, p_id uuid) RETURNS uuid
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_site uuid;
+BEGIN
+    -- Operators look credentials up across sites; the site list is small.
+    FOR v_site IN SELECT id FROM querylayer.sites LOOP
+        PERFORM querylayer.enter_operator(v_site);
+        EXECUTE format('SELECT site_id FROM %s WHERE id = $1', p_table) INTO v_site USING p_id;
+        IF v_site IS NOT NULL THEN
+            RETURN v_site;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'no credential %', p_id USING ERRCODE = 'QL404';
+END
+$$;
+
+CREATE FUNCTION querylayer.revoke_credential(p_table regclass, p_id uuid, p_reason text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_row jsonb;
+BEGIN
+    EXECUTE format('UPDATE %s SET revoked_at = now(), revoked_reason = $2
+                     WHERE id = $1 AND revoked_at IS NULL RETURNING to_jsonb(%s.*)', p_table, p_table)
+       INTO v_row USING p_id, p_reason;
+    IF v_row IS NULL THEN
+        EXECUTE format('SELECT to_jsonb(t.*) FROM %s t WHERE id = $1', p_table) INTO v_row USING p_id;
+        IF v_row IS NULL THEN
+            RAISE EXCEPTION 'no credential % on this site', p_id USING ERRCODE = 'QL404';
+        END IF;
+        -- Already revoked: revocation is idempotent, the first time stays recorded.
+        RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', true);
+    END IF;
+    PERFORM querylayer.audit(CASE p_table::text WHEN 'querylayer.connections' THEN 'connection.revoke'
+                                                WHEN 'querylayer.member_sessions' THEN 'session.revoke'
+                                                WHEN 'querylayer.delivery_tokens' THEN 'delivery_token.revoke'
+                                                ELSE 'member_token.revoke' END,
+                             p_id::text, jsonb_build_object('reason', p_reason));
+    -- No backend goes on acting with it: those holding its context end now, and one that is
+    -- authenticating waits for this revocation to commit, then sees it.
+    PERFORM querylayer.end_credential_sessions(p_id);
+    RETURN jsonb_build_object('id', p_id, 'revoked_at', v_row->'revoked_at', 'already_revoked', false);
+END
+$$;
+
+-- Creates a named connection for one agent on one site. The secret is in the result and
+-- nowhere else; store it now.
+CREATE FUNCTION querylayer_api.create_connection(
+    p_site text, p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz,
+    p_harness text DEFAULT 'generic', p_did text DEFAULT NULL, p_secret boolean DEFAULT true,
+    p_did_proof jsonb DEFAULT NULL
+) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site  querylayer.sites;
+    v_agent querylayer.agents;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN querylayer.issue_connection(v_site.id, v_agent.id, p_name, p_scopes, p_expires_at, p_harness,
+                                       'operator:' || querylayer.outer_user(), p_did, p_secret, p_did_proof);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.revoke_connection(p_connection_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.connections'::regclass, p_connection_id));
+    RETURN querylayer.revoke_credential('querylayer.connections'::regclass, p_connection_id, p_reason);
+END
+$$;
+
+-- Lists a site's connections: never a secret, never a fingerprint.
+CREATE FUNCTION querylayer_api.list_connections(p_site text)
+RETURNS TABLE (connection_id uuid, name text, agent text, prefix text, did text, scopes text[], effective_scopes text[],
+               harness text, expires_at timestamptz, state text, created_at timestamptz, revoked_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN QUERY
+    SELECT c.id, c.name, a.handle, c.prefix, c.did, c.scopes,
+           ARRAY(SELECT s FROM unnest(c.scopes) s
+                  WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
+                                 WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = s) ORDER BY s),
+           c.harness, c.expires_at,
+           CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.expires_at <= now() THEN 'expired' ELSE 'active' END,
+           c.created_at, c.revoked_at
+      FROM querylayer.connections c JOIN querylayer.agents a ON a.id = c.agent_id
+     WHERE c.site_id = v_site.id
+     ORDER BY c.created_at, c.id;
+END
+$$;
+
+CREATE FUNCTION querylayer_api.create_member_token(p_site text, p_member text, p_name text, p_expires_at timestamptz) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_site   querylayer.sites;
+    v_member querylayer.members;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.site_by_slug(p_site);
+    v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN querylayer.issue_member_token(v_site.id, v_member.id, p_name, p_expires_at, 'operator:' || querylayer.outer_user());
+END
+$$;
+
+CREATE FUNCTION querylayer_api.revoke_member_token(p_token_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.enter_operator(querylayer.site_of_credential('querylayer.member_tokens'::regclass, p_token_id));
+    RETURN querylayer.revoke_credential('querylayer.member_tokens'::regclass, p_token_id, p_reason);
+END
+$$;
+
+-- Newest first; a page of p_limit and the cursor of the next.
+CREATE FUNCTION querylayer_api.console_list_connections(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_after record;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    PERFORM querylayer.page_limit(p_limit);
+    v_after := querylayer.page_after('connections'::text, p_cursor);
+    RETURN querylayer.page('connections'::text, 'connections'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(c.created_at), 'id', c.id, 'item', jsonb_build_object(
+                'connection_id', c.id, 'name', c.name, 'agent', a.handle, 'prefix', c.prefix, 'did', c.did,
+                'scopes', to_jsonb(c.scopes),
+                'effective_scopes', to_jsonb(ARRAY(SELECT s FROM unnest(c.scopes) s
+                    WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
+                                   WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = s) ORDER BY s)),
+                'harness', c.harness, 'expires_at', c.expires_at,
+                'state', CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.expires_at <= now() THEN 'expired' ELSE 'active' END,
+                'created_at', c.created_at, 'revoked_at', c.revoked_at)) ORDER BY c.created_at DESC, c.id DESC)
+          FROM (SELECT * FROM querylayer.connections x
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (v_after.after_id IS NULL
+                        OR (x.created_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.created_at DESC, x.id DESC LIMIT p_limit + 1) c
+          JOIN querylayer.agents a ON a.id = c.agent_id));
+END
+$$;
+
+CREATE FUNCTION querylayer_api.console_create_connection(
+    p_agent text, p_name text, p_scopes text[], p_expires_at timestamptz, p_harness text DEFAULT 'generic',
+    p_did text DEFAULT NULL, p_did_proof jsonb DEFAULT NULL
+) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_agent querylayer.agents;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
+    -- A did:key is public. A member may bind a key that is new or already their organization's;
+    -- one that another organization has used only an operator binds, so no site can take over
+    -- another organization's agent key while that organization's binding is not live.
+    IF p_did IS NOT NULL AND EXISTS (
+        SELECT 1 FROM unnest(querylayer.did_key_organizations(p_did)) AS o(id)
+         WHERE o.id <> querylayer.ctx_organization_id()) THEN
+        RAISE EXCEPTION 'did:key % cannot be bound from the console', p_did USING ERRCODE = 'QL409',
+            HINT = 'ask an operator to bind it (querylayer admin create-connection --did)';
+    END IF;
+    RETURN querylayer.issue_connection(querylayer.ctx_site_id(), v_agent.id, p_name, p_scopes, p_expires_at,
+                                       p_harness, 'member:' || querylayer.ctx_member_id(), p_did, true, p_did_proof);
+END
+$$;
+
+CREATE FUNCTION querylayer_api.console_revoke_connection(p_connection_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    RETURN querylayer.revoke_credential('querylayer.connections'::regclass, p_connection_id, p_reason);
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_connections, querylayer_api.console_create_connection,
+    querylayer_api.console_revoke_connection TO querylayer_edge;

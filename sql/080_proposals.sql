@@ -599,3 +599,15 @@ $$;
 
 GRANT EXECUTE ON FUNCTION querylayer_api.create_proposal, querylayer_api.request_publish_approval,
     querylayer_api.list_proposals, querylayer_api.decide_proposal TO querylayer_edge;
+
+CREATE FUNCTION querylayer_api.console_list_proposals(p_state text DEFAULT 'pending', p_limit integer DEFAULT 50,
+                                                      p_cursor text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    RETURN querylayer.list_proposals(p_state, p_limit, p_cursor);
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_proposals TO querylayer_edge;

@@ -642,6 +642,7 @@ CREATE FUNCTION querylayer_api.list_lineage(p_answer_id uuid DEFAULT NULL, p_lim
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM querylayer.require_principal('runs:read'::text);
+    PERFORM querylayer.page_limit(p_limit);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'lineage_event_id', e.id, 'answer_id', e.answer_id, 'story_agent', e.story_agent, 'run_id', e.run_id,
                 'event_text', e.event::text, 'event_sha256', e.event_sha256, 'attestation', a.attestation,

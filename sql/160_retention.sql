@@ -239,6 +239,7 @@ RETURNS TABLE (drop_id uuid, table_name text, partition_name text, range_from ti
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.page_limit(p_limit);
     RETURN QUERY
     SELECT d.id, d.table_name, d.partition_name, d.range_from, d.range_to, d.rows, d.bytes, d.dropped_by,
            d.dropped_at, d.statement, d.signature, querylayer.statement_signature_valid(d.statement, d.signature, k.did_key)

@@ -195,9 +195,7 @@ DECLARE
     v_items jsonb;
 BEGIN
     PERFORM querylayer.require_delivery();
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 100 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 100' USING ERRCODE = '22023';
-    END IF;
+    PERFORM querylayer.page_limit(p_limit, 100);
     IF p_cursor IS NOT NULL THEN
         BEGIN
             v_after := convert_from(decode(translate(p_cursor, '-_', '+/') ||

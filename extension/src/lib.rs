@@ -59,10 +59,11 @@ extension_sql_file!(
         envelopes::did_binding_message
     ]
 );
+extension_sql_file!("../../sql/015_settings.sql", name = "settings", requires = ["context"]);
 extension_sql_file!(
     "../../sql/020_ledger.sql",
     name = "ledger",
-    requires = ["context", partitions::create_time_partition]
+    requires = ["settings", partitions::create_time_partition]
 );
 extension_sql_file!("../../sql/030_identity.sql", name = "identity", requires = ["ledger"]);
 extension_sql_file!("../../sql/040_credentials.sql", name = "credentials", requires = ["identity"]);
@@ -123,8 +124,6 @@ mod durability_tests;
 mod ledger_tests;
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;
-#[cfg(any(test, feature = "pg_test"))]
-mod pg_tests_faults;
 
 /// Hooks for `cargo pgrx test`.
 #[cfg(test)]

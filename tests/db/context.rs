@@ -130,7 +130,7 @@ fn failed_authentications_leave_an_audit_record_without_secrets() {
     assert!(detail.contains("\"reason\": \"unknown\""), "{detail}");
     let everything: String = dba
         .query_one(
-            "SELECT string_agg(to_jsonb(a)::text, ' ') FROM querylayer_api.list_audit('demo', 1000) a",
+            "SELECT string_agg(to_jsonb(a)::text, ' ') FROM querylayer_api.list_audit('demo', 500) a",
             &[],
         )
         .unwrap()

@@ -5,33 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use querylayer_e2e::{authenticate, issued, json, sql_error, TestDb};
+use querylayer_e2e::{authenticate, json, sql_error, TestDb};
 use serde_json::Value;
 
-/// Two sites of one organization, one agent with a connection on each.
+/// The two sites of `crate::two_sites`, with a short wait for a site's history.
 fn two_sites(db: &TestDb) -> (String, String) {
-    let mut dba = db.dba();
-    dba.batch_execute(
-        "SELECT querylayer_api.create_organization('org');
-         SELECT querylayer_api.create_site('org', 'site-a');
-         SELECT querylayer_api.create_site('org', 'site-b');
-         SELECT querylayer_api.create_agent('org', 'agent');
-         SELECT querylayer_api.grant_agent_scopes('site-a', 'agent', '{runs:read,runs:write,site:read}');
-         SELECT querylayer_api.grant_agent_scopes('site-b', 'agent', '{runs:read,runs:write,site:read}');
-         SELECT querylayer_api.set_setting('ledger_lock_timeout_ms', '500');",
-    )
-    .unwrap();
-    let mut secret = |site: &str| {
-        let v: Value = json(
-            &mut dba,
-            "SELECT querylayer_api.create_connection($1, 'agent', 'c', '{runs:read,runs:write,site:read}', now() + interval '1 hour')",
-            &[&site],
-        );
-        let s = v["secret"].as_str().unwrap().to_string();
-        issued(&s);
-        s
-    };
-    (secret("site-a"), secret("site-b"))
+    let sites = crate::two_sites(db);
+    db.dba().batch_execute("SELECT querylayer_api.set_setting('ledger_lock_timeout_ms', '500')").unwrap();
+    sites
 }
 
 /// One call as a connection, in a transaction of its own.

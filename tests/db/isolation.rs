@@ -1,32 +1,9 @@
 //! Site isolation: a connection sees and writes its own site only, whatever ids it names.
 
-use querylayer_e2e::{authenticate, issued, json, sql_error, TestDb};
+use querylayer_e2e::{authenticate, sql_error, TestDb};
 use serde_json::Value;
 
-/// Two sites of one organization, one agent with a connection on each.
-fn two_sites(db: &TestDb) -> (String, String) {
-    let mut dba = db.dba();
-    dba.batch_execute(
-        "SELECT querylayer_api.create_organization('org');
-         SELECT querylayer_api.create_site('org', 'site-a');
-         SELECT querylayer_api.create_site('org', 'site-b');
-         SELECT querylayer_api.create_agent('org', 'agent');
-         SELECT querylayer_api.grant_agent_scopes('site-a', 'agent', '{runs:read,runs:write,site:read}');
-         SELECT querylayer_api.grant_agent_scopes('site-b', 'agent', '{runs:read,runs:write,site:read}');",
-    )
-    .unwrap();
-    let mut secret = |site: &str| {
-        let v: Value = json(
-            &mut dba,
-            "SELECT querylayer_api.create_connection($1, 'agent', 'c', '{runs:read,runs:write,site:read}', now() + interval '1 hour')",
-            &[&site],
-        );
-        let s = v["secret"].as_str().unwrap().to_string();
-        issued(&s);
-        s
-    };
-    (secret("site-a"), secret("site-b"))
-}
+use crate::two_sites;
 
 fn in_tx<T>(db: &TestDb, secret: &str, f: impl FnOnce(&mut postgres::Transaction) -> T) -> T {
     let mut edge = db.edge();

@@ -426,7 +426,7 @@ def verify_attestation(att: dict, event_text: str, did_key: str) -> bool:
 
 
 def openlineage_validator():
-    schema = json.loads((VENDOR / "openlineage-2-0-2.json").read_text())
+    schema = json.loads((ROOT / "semantics" / "testdata" / "openlineage-2-0-2.json").read_text())
     run_event = {"$ref": "#/$defs/RunEvent", "$defs": schema["$defs"]}
     return jsonschema.Draft202012Validator(run_event, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 

@@ -1,0 +1,141 @@
+//! Governed runs (`sql/060_runs.sql`): required outputs, finished runs, deadlines, and who may
+//! finish, close or cancel a run.
+
+#[pgrx::pg_schema]
+mod tests {
+    use crate::pg_tests::helpers::{
+        as_edge, as_member, authenticate, demo, demo_secret, expect_sqlstate, failure, json, member_token,
+        other_agent,
+    };
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn missing_required_outputs_block_the_run_whatever_the_client_asks() {
+        let secret = demo_secret();
+        as_edge();
+        authenticate(&secret);
+        let run = json("SELECT querylayer_api.begin_run('article.draft', '{\"topic\": \"x\"}', '{draft_id,summary}', '{\"a draft exists\"}')");
+        let id = run["run_id"].as_str().unwrap();
+        Spi::run(&format!("SELECT querylayer_api.record_artifact('{id}', 'summary', '\"done\"')")).unwrap();
+        let finished = json(&format!("SELECT querylayer_api.finish_run('{id}', 'completed', 'all good')"));
+        assert_eq!(finished["outcome"], "blocked");
+        assert_eq!(finished["requested_outcome"], "completed");
+        assert_eq!(finished["reason_code"], "missing_required_outputs");
+        assert_eq!(finished["missing_outputs"], serde_json::json!(["draft_id"]));
+    }
+
+    #[pg_test]
+    fn finished_run_accepts_nothing() {
+        let secret = demo_secret();
+        as_edge();
+        authenticate(&secret);
+        let run = json("SELECT querylayer_api.begin_run('article.draft')");
+        let id = run["run_id"].as_str().unwrap();
+        Spi::run(&format!("SELECT querylayer_api.finish_run('{id}', 'failed')")).unwrap();
+        expect_sqlstate(&format!("SELECT querylayer_api.record_artifact('{id}', 'late', '1')"), "QL410");
+        expect_sqlstate(&format!("SELECT querylayer_api.finish_run('{id}', 'completed')"), "QL410");
+    }
+
+    #[pg_test]
+    fn a_deadline_beyond_the_operators_bound_is_refused() {
+        let (secret, _) = demo();
+        Spi::run("SELECT querylayer_api.set_setting('run_deadline_default_seconds', '600')").unwrap();
+        Spi::run("SELECT querylayer_api.set_setting('run_deadline_max_seconds', '3600')").unwrap();
+        authenticate(&secret);
+        let (state, message) = failure("SELECT querylayer_api.begin_run('x', '{}', '{}', '{}', 3601)");
+        assert_eq!(state, "22023");
+        assert!(message.contains("deadline_seconds must be between 1 and 3600"), "{message}");
+        let run = json("SELECT querylayer_api.begin_run('x', '{}', '{}', '{}', 60)");
+        assert!(run["deadline_at"].is_string());
+        let default = json("SELECT querylayer_api.begin_run('x')");
+        assert!(
+            default["deadline_at"].as_str() > run["deadline_at"].as_str(),
+            "the default (10 min) is later"
+        );
+    }
+
+    #[pg_test]
+    fn another_agent_cannot_finish_or_close_a_run() {
+        let (secret, _) = demo();
+        let other = other_agent();
+        authenticate(&secret);
+        let run = json("SELECT querylayer_api.begin_run('x')");
+        let id = run["run_id"].as_str().unwrap().to_string();
+        authenticate(&other);
+        let (state, message) = failure(&format!("SELECT querylayer_api.finish_run('{id}', 'cancelled')"));
+        assert_eq!(
+            (state.as_str(), message.as_str()),
+            ("QL403", format!("run {id} belongs to another agent").as_str())
+        );
+        // Not through the table either: a finished event in the run's name from another agent.
+        let (state, _) = failure(&format!(
+            "INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness, outcome)
+             SELECT site_id, id, 'finished', agent_id, connection_id, harness, 'cancelled' FROM querylayer.runs WHERE id = '{id}'"
+        ));
+        assert_eq!(state, "QL403");
+    }
+
+    #[pg_test]
+    fn another_connection_of_the_same_agent_may_finish_its_run() {
+        let (secret, _) = demo();
+        let second = json(
+            "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'second', '{runs:write}', now() + interval '1 hour')",
+        )["secret"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        authenticate(&secret);
+        let id = json("SELECT querylayer_api.begin_run('x')")["run_id"].as_str().unwrap().to_string();
+        authenticate(&second);
+        let done = json(&format!(
+            "SELECT querylayer_api.finish_run('{id}', 'failed', 'the first connection was lost')"
+        ));
+        assert_eq!(done["outcome"], "failed");
+        // It may not add artifacts to a run it did not begin.
+        let (state, _) = failure(&format!("SELECT querylayer_api.record_artifact('{id}', 'k', '1')"));
+        assert_eq!(state, "QL403");
+    }
+
+    #[pg_test]
+    fn an_owner_cancels_a_run_and_its_history_says_who_and_why() {
+        let (secret, owner) = demo();
+        authenticate(&secret);
+        let id = json("SELECT querylayer_api.begin_run('x')")["run_id"].as_str().unwrap().to_string();
+        let viewer = member_token("watcher", "viewer");
+        as_member(&viewer);
+        let (state, _) = failure(&format!("SELECT querylayer_api.console_cancel_run('{id}', 'no')"));
+        assert_eq!(state, "QL403");
+        as_member(&owner);
+        let run = json(&format!("SELECT querylayer_api.console_cancel_run('{id}', 'stuck since Monday')"));
+        assert_eq!(
+            (run["outcome"].as_str(), run["reason_code"].as_str()),
+            (Some("cancelled"), Some("cancelled_by_member"))
+        );
+        assert_eq!(run["reasons"][0]["closed_by"]["kind"], "member");
+        assert_eq!(run["reasons"][0]["closed_by"]["role"], "owner");
+        assert_eq!(run["reasons"][0]["message"], "stuck since Monday");
+        let (state, _) = failure(&format!("SELECT querylayer_api.console_cancel_run('{id}')"));
+        assert_eq!(state, "QL410", "a finished run has nothing to cancel");
+        // A member may only cancel, and only in the run's agent's name.
+        authenticate(&secret);
+        json("SELECT querylayer_api.begin_run('x')");
+        as_member(&owner);
+        let (state, _) = failure(
+            "INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness, outcome)
+             SELECT site_id, id, 'finished', agent_id, connection_id, harness, 'completed' FROM querylayer.runs
+              WHERE NOT EXISTS (SELECT 1 FROM querylayer.run_events e WHERE e.run_id = runs.id AND e.kind = 'finished')",
+        );
+        assert_eq!(state, "QL403");
+    }
+
+    #[pg_test]
+    fn an_operator_cancels_a_run_by_site() {
+        let (secret, _) = demo();
+        authenticate(&secret);
+        let id = json("SELECT querylayer_api.begin_run('x')")["run_id"].as_str().unwrap().to_string();
+        let run = json(&format!("SELECT querylayer_api.cancel_run('demo', '{id}', 'maintenance')"));
+        assert_eq!(run["reason_code"], "cancelled_by_operator");
+        assert_eq!(run["reasons"][0]["closed_by"]["kind"], "operator");
+        assert_eq!(json("SELECT querylayer_api.verify_ledger('demo')")["ok"], true);
+    }
+}
