@@ -7217,9 +7217,7 @@ DECLARE
     v_items jsonb;
 BEGIN
     PERFORM querylayer.require_delivery();
-    IF p_limit IS NULL OR p_limit NOT BETWEEN 1 AND 100 THEN
-        RAISE EXCEPTION 'limit must be between 1 and 100' USING ERRCODE = '22023';
-    END IF;
+    PERFORM querylayer.page_limit(p_limit, 100);
     IF p_cursor IS NOT NULL THEN
         BEGIN
             v_after := convert_from(decode(translate(p_cursor, '-_', '+/') ||
@@ -7841,6 +7839,7 @@ DECLARE
     v_site querylayer.sites;
 BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.page_limit(p_limit);
     IF p_site IS NOT NULL THEN
         v_site := querylayer.site_by_slug(p_site);
         PERFORM querylayer.enter_operator(v_site.id);
@@ -8015,6 +8014,7 @@ DECLARE
     v_site querylayer.sites;
 BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.page_limit(p_limit);
     IF p_site IS NOT NULL THEN
         v_site := querylayer.site_by_slug(p_site);
         PERFORM querylayer.enter_operator(v_site.id);
@@ -8105,6 +8105,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_lineage(p_answer_id uuid DEFAULT 
 AS $function$
 BEGIN
     PERFORM querylayer.require_principal('runs:read'::text);
+    PERFORM querylayer.page_limit(p_limit);
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'lineage_event_id', e.id, 'answer_id', e.answer_id, 'story_agent', e.story_agent, 'run_id', e.run_id,
                 'event_text', e.event::text, 'event_sha256', e.event_sha256, 'attestation', a.attestation,
@@ -8144,6 +8145,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.list_retention_drops(p_limit integer D
 AS $function$
 BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.page_limit(p_limit);
     RETURN QUERY
     SELECT d.id, d.table_name, d.partition_name, d.range_from, d.range_to, d.rows, d.bytes, d.dropped_by,
            d.dropped_at, d.statement, d.signature, querylayer.statement_signature_valid(d.statement, d.signature, k.did_key)
