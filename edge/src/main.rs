@@ -10,11 +10,11 @@ use clap::{Args, Parser, Subcommand};
 use rmcp::ServiceExt;
 
 use querylayer_edge::admin::{self, AdminArgs};
-use querylayer_edge::auth::Fingerprint;
 use querylayer_edge::commands;
 use querylayer_edge::compat;
 use querylayer_edge::config::{init_logging, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
+use querylayer_edge::db::Fingerprint;
 use querylayer_edge::ledger::{self, LedgerArgs};
 use querylayer_edge::mcp::QueryLayerMcp;
 use querylayer_edge::worker::{self, WorkerArgs};
