@@ -84,10 +84,10 @@ $$;
 -- An agent's tool call is one statement, in autocommit, so the statement is the transaction
 -- and the edge makes one round trip (docs/architecture.md, "The request path"):
 --
---   SELECT querylayer_api.close_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay'
---                                             ELSE to_jsonb(querylayer_api.<function>(…)) END, $n)
---     FROM querylayer_api.open_tool_call($1, $2, $3, $4) AS o
+--   SELECT close_tool_call(o, <the stored answer in o, else the function's answer>, edge_ms)
+--     FROM open_tool_call(fingerprint, tool, idempotency_key, request_sha256) AS o
 --
+-- (edge/src/db.rs, Call::tool_call_sql, writes it.)
 -- open_tool_call runs first (the call reads its row): it authenticates the connection, whose
 -- context lives until the statement ends, and claims the idempotency key. The function runs as
 -- that connection, unless the key holds the stored answer of an earlier call. close_tool_call

@@ -12,3 +12,4 @@ mod ledger;
 mod liveness;
 mod operators;
 mod runs;
+mod tool_calls;
