@@ -457,6 +457,7 @@ impl Db {
     ) -> Result<(Value, Answered), Error> {
         let outcome = async {
             let mut client = self.client().await?;
+            let edge_ms = tool.elapsed_ms();
             self.trip();
             let tx = client.transaction().await?;
             let open = self.prepare(&tx.statement_cache, &tx, OPEN_TOOL_CALL).await?;
@@ -470,7 +471,7 @@ impl Db {
             };
             let close = self.prepare(&tx.statement_cache, &tx, CLOSE_TOOL_CALL).await?;
             self.trip();
-            let row = tx.query_one(&close, &[&opened, &value, &0i32]).await?;
+            let row = tx.query_one(&close, &[&opened, &value, &edge_ms]).await?;
             self.trip();
             tx.commit().await?;
             closed(row.get(0))
