@@ -58,3 +58,112 @@ BEGIN
     VALUES (NULL, 'anonymous', 'authenticate', 'denied', p_detail);
 END
 $$;
+-- One audit row per MCP tool call: who (from the context), which tool, outcome, duration.
+-- Never argument values.
+CREATE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcome text, p_duration_ms integer,
+                                                p_error_code text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection(NULL::text);
+    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+        RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
+    END IF;
+    IF p_outcome IS NULL OR p_outcome NOT IN ('ok', 'error') THEN
+        RAISE EXCEPTION 'outcome must be ok or error' USING ERRCODE = '22023';
+    END IF;
+    IF p_error_code IS NOT NULL AND p_error_code !~ '^[a-z][a-z0-9_]{0,63}$' THEN
+        RAISE EXCEPTION 'error_code: a short machine code is required' USING ERRCODE = '22023';
+    END IF;
+    PERFORM querylayer.audit('tool.call'::text, p_tool,
+        jsonb_build_object('tool', p_tool, 'duration_ms', greatest(p_duration_ms, 0), 'error_code', p_error_code),
+        p_outcome);
+END
+$$;
+
+
+-- An agent's tool call is one statement, in autocommit, so the statement is the transaction
+-- and the edge makes one round trip (docs/architecture.md, "The request path"):
+--
+--   SELECT close_tool_call(o, <the stored answer in o, else the function's answer>, edge_ms)
+--     FROM open_tool_call(fingerprint, tool, idempotency_key, request_sha256) AS o
+--
+-- (edge/src/db.rs, Call::tool_call_sql, writes it.)
+-- open_tool_call runs first (the call reads its row): it authenticates the connection, whose
+-- context lives until the statement ends, and claims the idempotency key. The function runs as
+-- that connection, unless the key holds the stored answer of an earlier call. close_tool_call
+-- stores the answer under the key and writes the tool.call row. A refusal anywhere aborts the
+-- statement, so nothing of the call is kept; the edge then records the refusal with
+-- record_refused_tool_call. A tool of several governed calls (an answer written by the LLM)
+-- makes the same three steps in one transaction.
+
+-- Authenticates the connection for p_tool and claims p_idempotency_key. Returns the facts
+-- close_tool_call needs: {"tool", "opened_at", "idempotency_key"?, "replay"?}; "replay" is the
+-- stored answer when an earlier call under the key committed.
+CREATE FUNCTION querylayer_api.open_tool_call(p_fingerprint bytea, p_tool text,
+                                              p_idempotency_key text DEFAULT NULL,
+                                              p_request_sha256 bytea DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_opened  jsonb;
+    v_claimed jsonb;
+BEGIN
+    PERFORM querylayer_api.authenticate(p_fingerprint);
+    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+        RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
+    END IF;
+    v_opened := jsonb_build_object('tool', p_tool, 'opened_at', clock_timestamp());
+    IF p_idempotency_key IS NOT NULL THEN
+        v_claimed := querylayer_api.claim_idempotency_key(p_idempotency_key, p_tool, p_request_sha256);
+        v_opened := v_opened || jsonb_build_object('idempotency_key', p_idempotency_key);
+        IF v_claimed IS NOT NULL THEN
+            v_opened := v_opened || jsonb_build_object('replay', v_claimed->'response');
+        END IF;
+    END IF;
+    RETURN v_opened;
+END
+$$;
+
+-- Ends a tool call opened in this transaction: stores a new answer under the call's key and
+-- writes its tool.call row (outcome ok; duration: p_edge_ms the edge spent before the database,
+-- plus the time since open_tool_call). Returns {"value": the answer, "replayed": bool}.
+CREATE FUNCTION querylayer_api.close_tool_call(p_opened jsonb, p_value jsonb, p_edge_ms integer DEFAULT 0)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_replayed boolean := p_opened ? 'replay';
+    v_ms       integer;
+BEGIN
+    PERFORM querylayer.require_connection(NULL::text);
+    IF NOT v_replayed AND p_opened->>'idempotency_key' IS NOT NULL THEN
+        PERFORM querylayer_api.store_idempotent_response(p_opened->>'idempotency_key', p_value);
+    END IF;
+    v_ms := greatest(coalesce(p_edge_ms, 0), 0)
+          + floor(extract(epoch FROM clock_timestamp() - (p_opened->>'opened_at')::timestamptz) * 1000)::integer;
+    PERFORM querylayer_api.record_tool_call(p_opened->>'tool', 'ok'::text, v_ms, NULL::text);
+    RETURN jsonb_build_object('value', p_value, 'replayed', v_replayed);
+END
+$$;
+
+-- The one audit rule for a refused tool call, in a transaction of its own after the call's
+-- rolled back (or, for a refusal the edge made itself, after nothing reached the database): a
+-- live connection gets a tool.call row with outcome error and the error's code; a dead
+-- credential gets the failed-authentication record of p_channel instead, and no tool.call row.
+-- Returns 'recorded' or 'unauthenticated'.
+CREATE FUNCTION querylayer_api.record_refused_tool_call(p_fingerprint bytea, p_tool text, p_duration_ms integer,
+                                                        p_error_code text, p_channel text DEFAULT 'mcp')
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    BEGIN
+        PERFORM querylayer_api.authenticate(p_fingerprint);
+    EXCEPTION WHEN invalid_authorization_specification THEN
+        PERFORM querylayer_api.record_failed_authentication(p_fingerprint, p_channel);
+        RETURN 'unauthenticated';
+    END;
+    PERFORM querylayer_api.record_tool_call(p_tool, 'error'::text, p_duration_ms, p_error_code);
+    RETURN 'recorded';
+END
+$$;
+
+GRANT EXECUTE ON FUNCTION querylayer_api.record_tool_call, querylayer_api.open_tool_call,
+    querylayer_api.close_tool_call, querylayer_api.record_refused_tool_call TO querylayer_edge;

@@ -25,16 +25,14 @@ pub async fn answer(
             .opt("p_purpose", purpose)
             .opt("p_dialect", dialect)
             .run(tx)
-            .await
-            .map_err(|e| Error::from_db(&e));
+            .await;
     };
     let prepared = Call::new("prepare_answer")
         .arg("p_question", question)
         .opt("p_purpose", purpose)
         .opt("p_dialect", dialect)
         .run(tx)
-        .await
-        .map_err(|e| Error::from_db(&e))?;
+        .await?;
     let prompt = prepared["prompt"].as_str().unwrap_or_default();
     let draft: Uuid = serde_json::from_value(prepared["draft_id"].clone())
         .map_err(|e| Error::internal(format!("prepare_answer returned no draft id: {e}")))?;
@@ -45,7 +43,6 @@ pub async fn answer(
         .arg("p_synthesized_by", llm.name())
         .run(tx)
         .await
-        .map_err(|e| Error::from_db(&e))
 }
 
 /// `POST /v1/answer` under its envelope: the same loop, but the database reads the question from
@@ -57,17 +54,9 @@ pub async fn answer_signed(
     body: String,
 ) -> Result<Value, Error> {
     let Some(llm) = llm else {
-        return Call::new("answer_signed_request")
-            .arg("p_body", body)
-            .run(tx)
-            .await
-            .map_err(|e| Error::from_db(&e));
+        return Call::new("answer_signed_request").arg("p_body", body).run(tx).await;
     };
-    let prepared = Call::new("prepare_signed_answer")
-        .arg("p_body", body)
-        .run(tx)
-        .await
-        .map_err(|e| Error::from_db(&e))?;
+    let prepared = Call::new("prepare_signed_answer").arg("p_body", body).run(tx).await?;
     let prompt = prepared["prompt"].as_str().unwrap_or_default();
     let draft: Uuid = serde_json::from_value(prepared["draft_id"].clone())
         .map_err(|e| Error::internal(format!("prepare_signed_answer returned no draft id: {e}")))?;
@@ -78,5 +67,4 @@ pub async fn answer_signed(
         .arg("p_synthesized_by", llm.name())
         .run(tx)
         .await
-        .map_err(|e| Error::from_db(&e))
 }

@@ -1,41 +1,24 @@
-//! Authentication before anything else: the bearer secret becomes a SHA-256 fingerprint, the
-//! database resolves it (`querylayer_api.authenticate`), and only then does an MCP server exist
-//! for the request. Every failure is the same 401. Also the protected-resource metadata
-//! (RFC 9728) that the 401 challenge points to.
+//! Authentication before anything else: the bearer secret becomes a SHA-256 fingerprint
+//! (`db::Fingerprint`), the database resolves it (`querylayer_api.authenticate`), and only then
+//! does an MCP server exist for the request. A connection this edge authenticated moments ago
+//! is admitted without a round trip: its tool calls authenticate in their own statement, and
+//! anything else it sends is confirmed in the database first (`confirm`). Every failure is the
+//! same 401. Also the protected-resource metadata (RFC 9728) that the 401 challenge points to.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, Extensions, HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
-use sha2::{Digest, Sha256};
+use serde_json::{json, Value};
 
-use crate::db::ConnectionContext;
+use crate::db::{ConnectionContext, Fingerprint, RoundTrips};
 use crate::error::{Code, Error};
 use crate::state::AppState;
-
-/// The SHA-256 of a presented secret: all the edge ever hands to the database. Its `Debug`
-/// prints nothing of it, so it cannot reach a log line by accident.
-#[derive(Clone)]
-pub struct Fingerprint([u8; 32]);
-
-impl Fingerprint {
-    pub fn of(secret: &str) -> Self {
-        Fingerprint(Sha256::digest(secret.as_bytes()).into())
-    }
-
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Fingerprint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Fingerprint(..)")
-    }
-}
 
 /// The longest secret the edge hashes; anything longer cannot be a QueryLayer secret.
 const MAX_SECRET_LEN: usize = 512;
@@ -52,29 +35,86 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     well_formed.then_some(token)
 }
 
-/// An authenticated agent connection, in the request's extensions from here on.
+/// An agent connection admitted to `/mcp`, in the request's extensions from here on.
 #[derive(Clone, Debug)]
 pub struct Principal {
     pub fingerprint: Fingerprint,
     pub context: ConnectionContext,
+    /// The database authenticated the connection for this request. Otherwise this edge did so
+    /// within the last seconds (`Db::recently_authenticated`): enough to admit a tool call, which
+    /// authenticates in its own statement, and nothing else (`confirm`).
+    pub confirmed: bool,
+    /// Set when the database found an admitted credential dead: the answer becomes the 401.
+    pub dead: Arc<AtomicBool>,
+    /// The request's database round trips.
+    pub trips: RoundTrips,
+}
+
+impl Principal {
+    /// The database refused the credential after the middleware admitted it: answer 401.
+    pub fn found_dead(&self) {
+        if !self.confirmed {
+            self.dead.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Middleware in front of `/mcp`: resolves the bearer secret or answers 401. A presented but
-/// dead secret is recorded as a failed authentication (in a transaction of its own).
+/// dead secret is recorded as a failed authentication (in a transaction of its own). A
+/// connection authenticated moments ago is admitted unconfirmed: no round trip here.
 pub async fn require_connection(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let Some(fingerprint) = bearer(request.headers()).map(Fingerprint::of) else {
         return challenge(&state, Error::unauthenticated());
     };
-    match state.db.authenticate(&fingerprint).await {
+    let trips = RoundTrips::default();
+    let (context, confirmed) = match state.db.recently_authenticated(&fingerprint) {
+        Some(context) => (context, false),
+        None => match state.db.counting(&trips).authenticate(&fingerprint).await {
+            Ok(context) => (context, true),
+            Err(e) if e.code == Code::Unauthenticated => {
+                state.db.record_failed_authentication(&fingerprint, "mcp").await;
+                return challenge(&state, Error::unauthenticated());
+            }
+            Err(e) => return crate::body::mcp_refusal(request, e, state.config.max_body_bytes).await,
+        },
+    };
+    let dead = Arc::new(AtomicBool::new(false));
+    request.extensions_mut().insert(Principal { fingerprint, context, confirmed, dead: dead.clone(), trips });
+    let response = next.run(request).await;
+    if dead.load(Ordering::Relaxed) {
+        return challenge(&state, Error::unauthenticated());
+    }
+    response
+}
+
+/// Authenticates an unconfirmed principal now, before the edge answers anything but a tool call:
+/// discovery (initialize, tools/list, …) and every refusal the edge makes before the database (a
+/// malformed body, an unknown tool, a rate limit), so that a dead credential learns nothing
+/// but the 401. The fresh context replaces the remembered one. `id`: the JSON-RPC request's,
+/// for an error that is not the 401.
+pub async fn confirm(
+    state: &AppState,
+    extensions: &mut Extensions,
+    id: Option<Value>,
+) -> Result<(), Response> {
+    let Some(principal) = extensions.get::<Principal>().filter(|p| !p.confirmed) else {
+        return Ok(());
+    };
+    let db = state.db.counting(&principal.trips);
+    match db.authenticate(&principal.fingerprint).await {
         Ok(context) => {
-            request.extensions_mut().insert(Principal { fingerprint, context });
-            next.run(request).await
+            let confirmed = Principal { context, confirmed: true, ..principal.clone() };
+            extensions.insert(confirmed);
+            Ok(())
         }
         Err(e) if e.code == Code::Unauthenticated => {
-            state.db.record_failed_authentication(&fingerprint, "mcp").await;
-            challenge(&state, Error::unauthenticated())
+            db.record_failed_authentication(&principal.fingerprint, "mcp").await;
+            Err(challenge(state, Error::unauthenticated()))
         }
-        Err(e) => crate::body::mcp_refusal(request, e, state.config.max_body_bytes).await,
+        Err(e) => {
+            let status = e.status;
+            Err(e.into_jsonrpc_response(id, None, status))
+        }
     }
 }
 
@@ -117,6 +157,47 @@ async fn resource_metadata(State(state): State<AppState>) -> impl IntoResponse {
     }))
 }
 
+/// `/mcp`, once admitted: reads the body, answers what is not JSON with JSON-RPC's parse
+/// error and what is not a JSON-RPC message with its invalid-request error (HTTP 400, a JSON
+/// body, instead of rmcp's 415 in plain text), refuses inexact numbers and repeated members,
+/// keeps the request's id for later refusals, and bounds the time of the whole request so that a
+/// request cut off still gets a JSON-RPC answer (retryable, with the same idempotency key).
+/// Anything but a tool call or a resource read (which authenticate in their own statement), and
+/// every refusal here, first confirms an unconfirmed principal (`confirm`).
+pub async fn mcp_gate(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    if parts.method != http::Method::POST {
+        if let Err(refusal) = confirm(&state, &mut parts.extensions, None).await {
+            return refusal;
+        }
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    let (bytes, id, governed) = match crate::body::inspect(body, state.config.max_body_bytes).await {
+        Ok(inspected) => inspected,
+        Err((refusal, id)) => {
+            return match confirm(&state, &mut parts.extensions, id).await {
+                Ok(()) => refusal,
+                Err(challenge) => challenge,
+            };
+        }
+    };
+    if !governed {
+        if let Err(refusal) = confirm(&state, &mut parts.extensions, id.clone()).await {
+            return refusal;
+        }
+    }
+    parts.extensions.insert(crate::body::JsonRpcId(id.clone()));
+    let request = Request::from_parts(parts, axum::body::Body::from(bytes));
+    match tokio::time::timeout(state.config.request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => Error::request_timeout().into_jsonrpc_response(id, None, http::StatusCode::REQUEST_TIMEOUT),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,19 +217,5 @@ mod tests {
         assert_eq!(bearer(&headers("Bearer a b")), None);
         assert_eq!(bearer(&HeaderMap::new()), None);
         assert_eq!(bearer(&headers(&format!("Bearer {}", "x".repeat(513)))), None);
-    }
-
-    #[test]
-    fn fingerprint_is_the_sha256_of_the_secret_and_never_prints() {
-        let fp = Fingerprint::of("abc");
-        assert_eq!(
-            fp.as_bytes(),
-            [
-                0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae, 0x22,
-                0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00,
-                0x15, 0xad
-            ]
-        );
-        assert_eq!(format!("{fp:?}"), "Fingerprint(..)");
     }
 }

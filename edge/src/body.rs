@@ -2,7 +2,8 @@
 //! the client announced a length), the strict JSON check (`strict_json`: no repeated member, no
 //! number that would change), and for `/mcp` the JSON-RPC id, so that the edge's own refusals
 //! answer as JSON-RPC errors of that request. `/mcp` bodies are read only once the credential
-//! holds: an unauthenticated client cannot make the edge buffer anything.
+//! holds, or held moments ago on this edge: an unauthenticated client cannot make the edge
+//! buffer anything.
 
 use std::time::Duration;
 
@@ -101,57 +102,58 @@ pub async fn strict_body(State(state): State<AppState>, request: Request, next: 
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
 
-/// `/mcp`, once authenticated: reads the body, answers what is not JSON with JSON-RPC's parse
-/// error and what is not a JSON-RPC message with its invalid-request error (HTTP 400, a JSON
-/// body, instead of rmcp's 415 in plain text), refuses inexact numbers and repeated members,
-/// keeps the request's id for later refusals, and bounds the time of the whole request so that a
-/// request cut off still gets a JSON-RPC answer (retryable, with the same idempotency key).
-pub async fn mcp_gate(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if request.method() != Method::POST {
-        return next.run(request).await;
-    }
-    let (mut parts, body) = request.into_parts();
-    let bytes = match read(body, state.config.max_body_bytes).await {
+/// The body of a `/mcp` POST: its bytes, its JSON-RPC id, and whether it is a tool call or a
+/// resource read; or the refusal (with the id, when there is one).
+pub async fn inspect(
+    body: Body,
+    limit: usize,
+) -> Result<(Bytes, Option<Value>, bool), (Response, Option<Value>)> {
+    use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
+    let bytes = match read(body, limit).await {
         Ok(bytes) => bytes,
         Err(e) => {
             let status = e.status;
-            return e.into_jsonrpc_response(None, Some(INVALID_REQUEST), status);
+            return Err((e.into_jsonrpc_response(None, Some(INVALID_REQUEST), status), None));
         }
     };
-    let id = match strict_json::check(&bytes) {
+    match strict_json::check(&bytes) {
         Ok(()) => {
             // JSON, but not a message rmcp can read (it would answer 415 in plain text).
-            if let Err(e) = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes) {
-                return Error::invalid_argument(format!("not a JSON-RPC 2.0 message: {e}"))
-                    .into_jsonrpc_response(
-                        jsonrpc_id(&bytes),
-                        Some(INVALID_REQUEST),
-                        StatusCode::BAD_REQUEST,
-                    );
-            }
-            jsonrpc_id(&bytes)
+            let message = match serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+                Ok(message) => message,
+                Err(e) => {
+                    let id = jsonrpc_id(&bytes);
+                    let refusal = Error::invalid_argument(format!("not a JSON-RPC 2.0 message: {e}"))
+                        .into_jsonrpc_response(id.clone(), Some(INVALID_REQUEST), StatusCode::BAD_REQUEST);
+                    return Err((refusal, id));
+                }
+            };
+            let governed = matches!(
+                &message,
+                ClientJsonRpcMessage::Request(r)
+                    if matches!(r.request, ClientRequest::CallToolRequest(_) | ClientRequest::ReadResourceRequest(_))
+            );
+            let id = jsonrpc_id(&bytes);
+            Ok((bytes, id, governed))
         }
         Err(problem @ Problem::Syntax(_)) => {
-            return Error::invalid_argument(problem.to_string()).into_jsonrpc_response(
+            let refusal = Error::invalid_argument(problem.to_string()).into_jsonrpc_response(
                 None,
                 Some(PARSE_ERROR),
                 StatusCode::BAD_REQUEST,
             );
+            Err((refusal, None))
         }
         Err(problem) => {
             let code = if problem.in_params() { INVALID_PARAMS } else { INVALID_REQUEST };
-            return Error::invalid_argument(problem.to_string()).into_jsonrpc_response(
-                jsonrpc_id(&bytes),
+            let id = jsonrpc_id(&bytes);
+            let refusal = Error::invalid_argument(problem.to_string()).into_jsonrpc_response(
+                id.clone(),
                 Some(code),
                 StatusCode::BAD_REQUEST,
             );
+            Err((refusal, id))
         }
-    };
-    parts.extensions.insert(JsonRpcId(id.clone()));
-    let request = Request::from_parts(parts, Body::from(bytes));
-    match tokio::time::timeout(state.config.request_timeout, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => Error::request_timeout().into_jsonrpc_response(id, None, StatusCode::REQUEST_TIMEOUT),
     }
 }
 

@@ -19,10 +19,10 @@ use uuid::Uuid;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::auth::{bearer, Fingerprint};
+use crate::auth::bearer;
 use crate::body::{MalformedBody, RequestDigest};
 use crate::bulkhead::Access;
-use crate::db::{Answered, Call, Idempotency, MemberContext};
+use crate::db::{Answered, Call, Fingerprint, Idempotency, MemberContext};
 use crate::error::{Code, Error};
 use crate::state::AppState;
 
@@ -174,13 +174,18 @@ impl Member {
         self.act(state, None).await
     }
 
-    /// The call built from the request, as the member. The token is checked first: a request
-    /// whose path or body is malformed learns that only once its credential holds (an invalid
-    /// token gets the same 401 whatever else is wrong).
-    async fn call(&self, state: &AppState, call: Result<Call, Error>) -> Result<Value, Error> {
-        let call = match (&self.idempotency, call) {
-            (Err(malformed), _) => Err(Error::invalid_argument(malformed.message.clone())),
-            (Ok(_), call) => call,
+    /// The call `build` makes of the request, as the member: the one place of the console's
+    /// rule that the token is checked first. A request whose path, query, header or body is
+    /// malformed learns that only once its credential holds (an invalid token gets the same 401
+    /// whatever else is wrong).
+    async fn call(
+        &self,
+        state: &AppState,
+        build: impl FnOnce() -> Result<Call, Error>,
+    ) -> Result<Value, Error> {
+        let call = match &self.idempotency {
+            Err(malformed) => Err(Error::invalid_argument(malformed.message.clone())),
+            Ok(_) => build(),
         };
         match call {
             Ok(call) => self.act(state, Some(&call)).await,
@@ -189,6 +194,16 @@ impl Member {
                 Err(malformed)
             }
         }
+    }
+
+    /// `call`, answered: `ok` with the JSON result, or the refusal (every console handler).
+    async fn answer(
+        &self,
+        state: &AppState,
+        ok: StatusCode,
+        build: impl FnOnce() -> Result<Call, Error>,
+    ) -> Response {
+        self.reply(self.call(state, build).await, ok)
     }
 }
 
@@ -270,15 +285,16 @@ async fn list_proposals(
     member: Member,
     filter: Result<Query<ProposalFilter>, QueryRejection>,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let f = query(filter)?;
-        let call = Call::new("console_list_proposals")
-            .opt("p_state", f.state)
-            .opt("p_limit", f.limit)
-            .opt("p_cursor", f.cursor);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let f = query(filter)?;
+            let call = Call::new("console_list_proposals")
+                .opt("p_state", f.state)
+                .opt("p_limit", f.limit)
+                .opt("p_cursor", f.cursor);
+            Ok(call)
+        })
+        .await
 }
 
 #[derive(Deserialize, Default)]
@@ -315,16 +331,17 @@ async fn decide(
     body: Bytes,
     decision: &'static str,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let body: DecisionBody = optional_body(&body)?;
-        let call = Call::new("decide_proposal")
-            .arg("p_proposal_id", id)
-            .arg("p_decision", decision.to_string())
-            .opt("p_note", body.note);
-        Ok(call)
-    })();
-    let result = member.call(&state, call).await;
+    let result = member
+        .call(&state, || {
+            let id = path_id(id)?;
+            let body: DecisionBody = optional_body(&body)?;
+            let call = Call::new("decide_proposal")
+                .arg("p_proposal_id", id)
+                .arg("p_decision", decision.to_string())
+                .opt("p_note", body.note);
+            Ok(call)
+        })
+        .await;
     // An approval of a request that no longer matches its content (the draft moved, the live
     // page changed) is recorded (approved, execution failed) but is not a success: 409.
     if let Ok(proposal) = &result {
@@ -368,7 +385,7 @@ async fn get_proposal(
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
     let call = path_id(id).map(|id| Call::new("get_proposal").arg("p_proposal_id", id));
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member.answer(&state, StatusCode::OK, || call).await
 }
 
 /// `GET /api/console/templates?limit=100&cursor=…` → `{"templates": [{name, version, fields,
@@ -380,7 +397,7 @@ async fn list_templates(
 ) -> Response {
     let call =
         query(page).map(|p| Call::new("list_templates").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member.answer(&state, StatusCode::OK, || call).await
 }
 
 #[derive(Deserialize)]
@@ -405,7 +422,7 @@ async fn list_content(
             .opt("p_limit", f.limit)
             .opt("p_cursor", f.cursor)
     });
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member.answer(&state, StatusCode::OK, || call).await
 }
 
 /// `GET /api/console/content/{id}` → the item with its draft and live revisions (fields).
@@ -415,7 +432,7 @@ async fn get_content(
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
     let call = path_id(id).map(|id| Call::new("get_content").arg("p_content_id", id));
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member.answer(&state, StatusCode::OK, || call).await
 }
 
 #[derive(Deserialize)]
@@ -433,15 +450,16 @@ async fn list_revisions(
     id: Result<Path<Uuid>, PathRejection>,
     page: Result<Query<RevisionPage>, QueryRejection>,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let p = query(page)?;
-        Ok(Call::new("list_revisions")
-            .arg("p_content_id", id)
-            .opt("p_limit", p.limit)
-            .opt("p_cursor", p.cursor))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let p = query(page)?;
+            Ok(Call::new("list_revisions")
+                .arg("p_content_id", id)
+                .opt("p_limit", p.limit)
+                .opt("p_cursor", p.cursor))
+        })
+        .await
 }
 
 /// `GET /api/console/revisions/{id}` → the revision: fields, template and version, author, run.
@@ -451,7 +469,7 @@ async fn get_revision(
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
     let call = path_id(id).map(|id| Call::new("get_revision").arg("p_revision_id", id));
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member.answer(&state, StatusCode::OK, || call).await
 }
 
 #[derive(Deserialize)]
@@ -468,16 +486,17 @@ struct NewDraft {
 /// `POST /api/console/content` (owner, admin, editor) → 201, a member's draft revision through
 /// the same template contract as agents' drafts; it never publishes.
 async fn create_draft(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let d: NewDraft = required_body(&body)?;
-        Ok(Call::new("create_draft")
-            .arg("p_run_id", None::<Uuid>)
-            .arg("p_template", d.template)
-            .arg("p_fields", d.fields)
-            .opt("p_content_id", d.content_id)
-            .opt("p_slug", d.slug))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+    member
+        .answer(&state, StatusCode::CREATED, || {
+            let d: NewDraft = required_body(&body)?;
+            Ok(Call::new("create_draft")
+                .arg("p_run_id", None::<Uuid>)
+                .arg("p_template", d.template)
+                .arg("p_fields", d.fields)
+                .opt("p_content_id", d.content_id)
+                .opt("p_slug", d.slug))
+        })
+        .await
 }
 
 #[derive(Deserialize)]
@@ -495,15 +514,16 @@ async fn list_runs(
     member: Member,
     filter: Result<Query<RunFilter>, QueryRejection>,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let f = query(filter)?;
-        let call = Call::new("list_runs")
-            .opt("p_limit", f.limit)
-            .opt("p_before", f.before)
-            .opt("p_cursor", f.cursor);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let f = query(filter)?;
+            let call = Call::new("list_runs")
+                .opt("p_limit", f.limit)
+                .opt("p_before", f.before)
+                .opt("p_cursor", f.cursor);
+            Ok(call)
+        })
+        .await
 }
 
 /// `GET /api/console/runs/{id}` → the run with its outcome, events and artifacts.
@@ -512,11 +532,12 @@ async fn get_run(
     member: Member,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let call = Call::new("get_run").arg("p_run_id", path_id(id)?);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let call = Call::new("get_run").arg("p_run_id", path_id(id)?);
+            Ok(call)
+        })
+        .await
 }
 
 /// `POST /api/console/runs/{id}/cancel` with `{"reason"?}` (owner, admin) → the run, finished as
@@ -527,12 +548,13 @@ async fn cancel_run(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let body: ReasonBody = optional_body(&body)?;
-        Ok(Call::new("console_cancel_run").arg("p_run_id", id).opt("p_reason", body.reason))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let body: ReasonBody = optional_body(&body)?;
+            Ok(Call::new("console_cancel_run").arg("p_run_id", id).opt("p_reason", body.reason))
+        })
+        .await
 }
 
 /// `GET /api/console/connections?limit=…&cursor=…` → `{"connections": [...], "next_cursor"}`
@@ -544,7 +566,7 @@ async fn list_connections(
 ) -> Response {
     let call = query(page)
         .map(|p| Call::new("console_list_connections").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member.answer(&state, StatusCode::OK, || call).await
 }
 
 #[derive(Deserialize)]
@@ -569,22 +591,23 @@ struct NewConnection {
 /// `POST /api/console/connections` (owner, admin) → 201 with the connection and its secret,
 /// the only time the secret exists.
 async fn create_connection(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let c: NewConnection = required_body(&body)?;
-        let call = Call::new("console_create_connection")
-            .arg("p_agent", c.agent)
-            .arg("p_name", c.name)
-            .arg("p_scopes", c.scopes);
-        let call = match (c.expires_at, c.expires_in) {
-            (Some(_), Some(_)) => {
-                return Err(Error::invalid_argument("give expires_at or expires_in, not both"))
-            }
-            (None, Some(interval)) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
-            (at, None) => call.arg("p_expires_at", at),
-        };
-        Ok(call.opt("p_harness", c.harness).opt("p_did", c.did).opt("p_did_proof", c.did_proof))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+    member
+        .answer(&state, StatusCode::CREATED, || {
+            let c: NewConnection = required_body(&body)?;
+            let call = Call::new("console_create_connection")
+                .arg("p_agent", c.agent)
+                .arg("p_name", c.name)
+                .arg("p_scopes", c.scopes);
+            let call = match (c.expires_at, c.expires_in) {
+                (Some(_), Some(_)) => {
+                    return Err(Error::invalid_argument("give expires_at or expires_in, not both"))
+                }
+                (None, Some(interval)) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
+                (at, None) => call.arg("p_expires_at", at),
+            };
+            Ok(call.opt("p_harness", c.harness).opt("p_did", c.did).opt("p_did_proof", c.did_proof))
+        })
+        .await
 }
 
 #[derive(Deserialize)]
@@ -598,11 +621,12 @@ struct NewDidChallenge {
 /// message, expires_at}`: the key's holder signs `message` (`querylayer envelope prove`) and the
 /// signature goes with the challenge as `did_proof` to `POST /api/console/connections`.
 async fn create_did_challenge(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let c: NewDidChallenge = required_body(&body)?;
-        Ok(Call::new("console_create_did_challenge").arg("p_did", c.did))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+    member
+        .answer(&state, StatusCode::CREATED, || {
+            let c: NewDidChallenge = required_body(&body)?;
+            Ok(Call::new("console_create_did_challenge").arg("p_did", c.did))
+        })
+        .await
 }
 
 /// `{"reason"?}`: the optional body of revocations and session ends.
@@ -619,14 +643,16 @@ async fn revoke_connection(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let body: ReasonBody = optional_body(&body)?;
-        let call =
-            Call::new("console_revoke_connection").arg("p_connection_id", id).opt("p_reason", body.reason);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let body: ReasonBody = optional_body(&body)?;
+            let call = Call::new("console_revoke_connection")
+                .arg("p_connection_id", id)
+                .opt("p_reason", body.reason);
+            Ok(call)
+        })
+        .await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -643,14 +669,15 @@ struct NewSession {
 
 /// `POST /api/console/sessions` with `{"profile_id", "session_id"}` → 201 with the registered session.
 async fn register_session(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let s: NewSession = required_body(&body)?;
-        let call = Call::new("console_register_session")
-            .arg("p_profile_id", s.profile_id)
-            .arg("p_session_id", s.session_id);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+    member
+        .answer(&state, StatusCode::CREATED, || {
+            let s: NewSession = required_body(&body)?;
+            let call = Call::new("console_register_session")
+                .arg("p_profile_id", s.profile_id)
+                .arg("p_session_id", s.session_id);
+            Ok(call)
+        })
+        .await
 }
 
 /// `POST /api/console/sessions/{session_id}/end` with `{"reason"?}`: the Hermes session ended or
@@ -661,15 +688,16 @@ async fn end_session(
     id: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let Path(session_id) =
-            id.map_err(|e| Error::invalid_argument(format!("the session id in the path: {e}")))?;
-        let body: ReasonBody = optional_body(&body)?;
-        let call =
-            Call::new("console_end_session").arg("p_session_id", session_id).opt("p_reason", body.reason);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let Path(session_id) =
+                id.map_err(|e| Error::invalid_argument(format!("the session id in the path: {e}")))?;
+            let body: ReasonBody = optional_body(&body)?;
+            let call =
+                Call::new("console_end_session").arg("p_session_id", session_id).opt("p_reason", body.reason);
+            Ok(call)
+        })
+        .await
 }
 
 /// `GET /api/console/conversations?limit=…&cursor=…` → `{"conversations": [conversation with its
@@ -681,7 +709,7 @@ async fn list_conversations(
 ) -> Response {
     let call = query(page)
         .map(|p| Call::new("console_list_conversations").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member.answer(&state, StatusCode::OK, || call).await
 }
 
 /// `GET /api/console/conversations/{id}/turns?limit=…&cursor=…` → `{"turns": [...], "next_cursor"}`,
@@ -692,16 +720,17 @@ async fn list_turns(
     id: Result<Path<Uuid>, PathRejection>,
     page: Result<Query<Page>, QueryRejection>,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let p = query(page)?;
-        let call = Call::new("console_list_turns")
-            .arg("p_conversation_id", id)
-            .opt("p_limit", p.limit)
-            .opt("p_cursor", p.cursor);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let p = query(page)?;
+            let call = Call::new("console_list_turns")
+                .arg("p_conversation_id", id)
+                .opt("p_limit", p.limit)
+                .opt("p_cursor", p.cursor);
+            Ok(call)
+        })
+        .await
 }
 
 #[derive(Deserialize)]
@@ -715,15 +744,16 @@ struct NewConversation {
 /// `POST /api/console/conversations` with `{"profile_id", "session_id", "title"?}` → 201: the
 /// session's one conversation.
 async fn open_conversation(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let c: NewConversation = required_body(&body)?;
-        let call = Call::new("console_open_conversation")
-            .arg("p_profile_id", c.profile_id)
-            .arg("p_session_id", c.session_id)
-            .arg("p_title", c.title);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+    member
+        .answer(&state, StatusCode::CREATED, || {
+            let c: NewConversation = required_body(&body)?;
+            let call = Call::new("console_open_conversation")
+                .arg("p_profile_id", c.profile_id)
+                .arg("p_session_id", c.session_id)
+                .arg("p_title", c.title);
+            Ok(call)
+        })
+        .await
 }
 
 /// `GET /api/console/conversations/{id}/link` → `{"conversation_id", "link"}`, the link being
@@ -734,11 +764,12 @@ async fn conversation_link(
     member: Member,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let call = Call::new("console_conversation_link").arg("p_conversation_id", path_id(id)?);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let call = Call::new("console_conversation_link").arg("p_conversation_id", path_id(id)?);
+            Ok(call)
+        })
+        .await
 }
 
 #[derive(Deserialize)]
@@ -754,13 +785,14 @@ async fn add_turn(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let t: NewTurn = required_body(&body)?;
-        let call = Call::new("console_add_turn").arg("p_conversation_id", id).arg("p_request", t.request);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+    member
+        .answer(&state, StatusCode::CREATED, || {
+            let id = path_id(id)?;
+            let t: NewTurn = required_body(&body)?;
+            let call = Call::new("console_add_turn").arg("p_conversation_id", id).arg("p_request", t.request);
+            Ok(call)
+        })
+        .await
 }
 
 /// `GET /api/console/turns/{id}` → the turn with its plan versions, steps, runs and proposals.
@@ -769,11 +801,12 @@ async fn get_turn(
     member: Member,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let call = Call::new("console_get_turn").arg("p_turn_id", path_id(id)?);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let call = Call::new("console_get_turn").arg("p_turn_id", path_id(id)?);
+            Ok(call)
+        })
+        .await
 }
 
 /// `POST /api/console/turns/{id}/cancel` with `{"reason"?}` → the cancelled turn (its active
@@ -784,13 +817,14 @@ async fn cancel_turn(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let body: ReasonBody = optional_body(&body)?;
-        let call = Call::new("console_cancel_turn").arg("p_turn_id", id).opt("p_reason", body.reason);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let body: ReasonBody = optional_body(&body)?;
+            let call = Call::new("console_cancel_turn").arg("p_turn_id", id).opt("p_reason", body.reason);
+            Ok(call)
+        })
+        .await
 }
 
 #[derive(Deserialize, Default)]
@@ -807,13 +841,14 @@ async fn reopen_turn(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let body: NoteBody = optional_body(&body)?;
-        let call = Call::new("console_reopen_turn").arg("p_turn_id", id).opt("p_note", body.note);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let body: NoteBody = optional_body(&body)?;
+            let call = Call::new("console_reopen_turn").arg("p_turn_id", id).opt("p_note", body.note);
+            Ok(call)
+        })
+        .await
 }
 
 /// `POST /api/console/plans/{id}/cancel` with `{"reason"?}` → the cancelled plan; the turn ends
@@ -824,13 +859,14 @@ async fn cancel_plan(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let body: ReasonBody = optional_body(&body)?;
-        let call = Call::new("console_cancel_plan").arg("p_plan_id", id).opt("p_reason", body.reason);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let body: ReasonBody = optional_body(&body)?;
+            let call = Call::new("console_cancel_plan").arg("p_plan_id", id).opt("p_reason", body.reason);
+            Ok(call)
+        })
+        .await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -845,12 +881,13 @@ struct FormScreeningReport {
 
 /// `POST /api/console/form-screening` with `{"events": [...]}` → `{"recorded": n}`.
 async fn report_form_screening(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let r: FormScreeningReport = required_body(&body)?;
-        let call = Call::new("console_report_form_screening").arg("p_events", r.events);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let r: FormScreeningReport = required_body(&body)?;
+            let call = Call::new("console_report_form_screening").arg("p_events", r.events);
+            Ok(call)
+        })
+        .await
 }
 
 #[derive(Deserialize)]
@@ -869,16 +906,17 @@ async fn list_evidence_reviews(
     member: Member,
     filter: Result<Query<ReviewFilter>, QueryRejection>,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let f = query(filter)?;
-        let call = Call::new("console_list_evidence_reviews");
-        let call = match f.state.as_deref() {
-            Some("all") => call.arg("p_state", None::<String>),
-            _ => call.opt("p_state", f.state),
-        };
-        Ok(call.opt("p_limit", f.limit).opt("p_cursor", f.cursor))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let f = query(filter)?;
+            let call = Call::new("console_list_evidence_reviews");
+            let call = match f.state.as_deref() {
+                Some("all") => call.arg("p_state", None::<String>),
+                _ => call.opt("p_state", f.state),
+            };
+            Ok(call.opt("p_limit", f.limit).opt("p_cursor", f.cursor))
+        })
+        .await
 }
 
 #[derive(Deserialize, Default)]
@@ -894,13 +932,15 @@ async fn close_evidence_review(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let body: CloseReviewBody = optional_body(&body)?;
-        let call = Call::new("console_close_evidence_review").arg("p_review_id", id).opt("p_note", body.note);
-        Ok(call)
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let body: CloseReviewBody = optional_body(&body)?;
+            let call =
+                Call::new("console_close_evidence_review").arg("p_review_id", id).opt("p_note", body.note);
+            Ok(call)
+        })
+        .await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -915,7 +955,7 @@ async fn list_member_sessions(
 ) -> Response {
     let call = query(page)
         .map(|p| Call::new("console_list_member_sessions").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member.answer(&state, StatusCode::OK, || call).await
 }
 
 /// `POST /api/console/member-sessions/{id}/revoke` with `{"reason"?}`: ends a dashboard session
@@ -926,12 +966,15 @@ async fn revoke_member_session(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let body: ReasonBody = optional_body(&body)?;
-        Ok(Call::new("console_revoke_member_session").arg("p_session_id", id).opt("p_reason", body.reason))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let body: ReasonBody = optional_body(&body)?;
+            Ok(Call::new("console_revoke_member_session")
+                .arg("p_session_id", id)
+                .opt("p_reason", body.reason))
+        })
+        .await
 }
 
 #[derive(Deserialize)]
@@ -948,23 +991,24 @@ struct NewInvitation {
 /// `POST /api/console/invitations` (owner, admin) → 201 `{invitation_id, token, path, …}`: the
 /// one-time link to set a dashboard password, shown once.
 async fn invite_member(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let i: NewInvitation = required_body(&body)?;
-        let call = Call::new("console_invite_member")
-            .arg("p_member", i.member)
-            .arg("p_role", i.role)
-            .arg("p_display_name", i.display_name);
-        Ok(match i.expires_in {
-            Some(interval) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
-            None => call,
+    member
+        .answer(&state, StatusCode::CREATED, || {
+            let i: NewInvitation = required_body(&body)?;
+            let call = Call::new("console_invite_member")
+                .arg("p_member", i.member)
+                .arg("p_role", i.role)
+                .arg("p_display_name", i.display_name);
+            Ok(match i.expires_in {
+                Some(interval) => call.arg_as("p_expires_at", "now() + {}::text::interval", interval),
+                None => call,
+            })
         })
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+        .await
 }
 
 /// `GET /api/console/delivery` (owner, admin) → `{public, tokens: [...]}` (prefixes, never a token).
 async fn list_delivery(State(state): State<AppState>, member: Member) -> Response {
-    member.reply(member.call(&state, Ok(Call::new("console_list_delivery"))).await, StatusCode::OK)
+    member.answer(&state, StatusCode::OK, || Ok(Call::new("console_list_delivery"))).await
 }
 
 #[derive(Deserialize)]
@@ -978,15 +1022,16 @@ struct NewDeliveryToken {
 /// `POST /api/console/delivery/tokens` (owner, admin) → 201 `{delivery_token_id, token, …}`,
 /// the only time the token exists.
 async fn create_delivery_token(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let t: NewDeliveryToken = required_body(&body)?;
-        Ok(Call::new("console_create_delivery_token").arg("p_name", t.name).arg_as(
-            "p_expires_at",
-            "now() + {}::text::interval",
-            t.expires_in,
-        ))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::CREATED)
+    member
+        .answer(&state, StatusCode::CREATED, || {
+            let t: NewDeliveryToken = required_body(&body)?;
+            Ok(Call::new("console_create_delivery_token").arg("p_name", t.name).arg_as(
+                "p_expires_at",
+                "now() + {}::text::interval",
+                t.expires_in,
+            ))
+        })
+        .await
 }
 
 /// `POST /api/console/delivery/tokens/{id}/revoke` with `{"reason"?}` (owner, admin).
@@ -996,12 +1041,13 @@ async fn revoke_delivery_token(
     id: Result<Path<Uuid>, PathRejection>,
     body: Bytes,
 ) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let id = path_id(id)?;
-        let body: ReasonBody = optional_body(&body)?;
-        Ok(Call::new("console_revoke_delivery_token").arg("p_token_id", id).opt("p_reason", body.reason))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let body: ReasonBody = optional_body(&body)?;
+            Ok(Call::new("console_revoke_delivery_token").arg("p_token_id", id).opt("p_reason", body.reason))
+        })
+        .await
 }
 
 #[derive(Deserialize)]
@@ -1012,9 +1058,10 @@ struct DeliveryPublic {
 
 /// `POST /api/console/delivery/public` with `{"public": true|false}` (owner only).
 async fn set_delivery_public(State(state): State<AppState>, member: Member, body: Bytes) -> Response {
-    let call = (|| -> Result<Call, Error> {
-        let p: DeliveryPublic = required_body(&body)?;
-        Ok(Call::new("console_set_delivery_public").arg("p_public", p.public))
-    })();
-    member.reply(member.call(&state, call).await, StatusCode::OK)
+    member
+        .answer(&state, StatusCode::OK, || {
+            let p: DeliveryPublic = required_body(&body)?;
+            Ok(Call::new("console_set_delivery_public").arg("p_public", p.public))
+        })
+        .await
 }

@@ -1,19 +1,62 @@
 //! The one SQL call: a connection pool, a `Call` naming one `querylayer_api` function with
-//! named arguments, and the transactions the edge wraps around it (authenticate, the call,
-//! the audit row, commit). Nothing here decides anything; the database does.
+//! named arguments, the fingerprint of a presented secret (all the edge hands the database of
+//! it), and the statements and transactions the edge wraps around a call. An agent's tool call
+//! is one statement: authenticate, the call, the audit row (`Db::tool_call`). Nothing here
+//! decides anything; the database does.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::GenericClient;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, StatementCache};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tokio_postgres::types::ToSql;
+use tokio_postgres::Statement;
 use uuid::Uuid;
 
-use crate::auth::Fingerprint;
 use crate::error::{Code, Error};
+
+/// The SHA-256 of a presented secret: all the edge ever hands to the database. Its `Debug`
+/// prints nothing of it, so it cannot reach a log line by accident.
+#[derive(Clone)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    pub fn of(secret: &str) -> Self {
+        Fingerprint(Sha256::digest(secret.as_bytes()).into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fingerprint(..)")
+    }
+}
+
+/// The database round trips of one request: every statement sent, a statement prepared on a
+/// pooled connection for the first time included. The edge logs it with each tool call
+/// (`db_round_trips`); the edge tier asserts it (docs/performance.md).
+#[derive(Clone, Debug, Default)]
+pub struct RoundTrips(Arc<AtomicU32>);
+
+impl RoundTrips {
+    pub fn count(&self) -> u32 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn add(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 type Param = Box<dyn ToSql + Sync + Send>;
 
@@ -74,14 +117,21 @@ impl Call {
         self.function
     }
 
-    pub fn sql(&self) -> String {
+    /// The function call with its arguments numbered from `$first`.
+    fn invocation(&self, first: usize) -> String {
         let args: Vec<String> = self
             .args
             .iter()
             .enumerate()
-            .map(|(i, (name, expr, _))| format!("{name} => {}", expr.replace("{}", &format!("${}", i + 1))))
+            .map(|(i, (name, expr, _))| {
+                format!("{name} => {}", expr.replace("{}", &format!("${}", i + first)))
+            })
             .collect();
-        let call = format!("querylayer_api.{}({})", self.function, args.join(", "));
+        format!("querylayer_api.{}({})", self.function, args.join(", "))
+    }
+
+    pub fn sql(&self) -> String {
+        let call = self.invocation(1);
         if self.returns_rows {
             format!("SELECT coalesce(jsonb_agg(to_jsonb(r)), '[]'::jsonb) FROM {call} AS r")
         } else {
@@ -89,15 +139,36 @@ impl Call {
         }
     }
 
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
-        self.args.iter().map(|(_, _, p)| p.as_ref() as &(dyn ToSql + Sync)).collect()
+    /// The one statement of an agent's tool call (sql/050_audit.sql): `open_tool_call`
+    /// authenticates and claims the key ($1 to $4), the function runs as the connection unless
+    /// the key holds a stored answer, `close_tool_call` stores the answer and writes the audit
+    /// row ($5: the edge's milliseconds before the database). The call's arguments follow.
+    pub fn tool_call_sql(&self) -> String {
+        let call = self.invocation(6);
+        let value = if self.returns_rows {
+            format!(
+                "(SELECT coalesce(jsonb_agg(to_jsonb(r)), '[]'::jsonb) FROM {call} AS r WHERE o IS NOT NULL)"
+            )
+        } else {
+            format!("to_jsonb({call})")
+        };
+        format!(
+            "SELECT querylayer_api.close_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' ELSE {value} END, $5) \
+             FROM querylayer_api.open_tool_call($1, $2, $3, $4) AS o"
+        )
     }
 
-    pub(crate) async fn run(&self, client: &impl GenericClient) -> Result<Value, tokio_postgres::Error> {
+    fn params(&self) -> impl Iterator<Item = &(dyn ToSql + Sync)> {
+        self.args.iter().map(|(_, _, p)| p.as_ref() as &(dyn ToSql + Sync))
+    }
+
+    /// Runs the call in `client`'s transaction (or as a statement of its own).
+    pub async fn run(&self, client: &impl GenericClient) -> Result<Value, Error> {
         use tracing::Instrument;
         async {
             let statement = client.prepare_cached(&self.sql()).await?;
-            let row = client.query_one(&statement, &self.params()).await?;
+            let params: Vec<_> = self.params().collect();
+            let row = client.query_one(&statement, &params).await?;
             Ok(row.get::<_, Option<Value>>(0).unwrap_or(Value::Null))
         }
         .instrument(crate::telemetry::db_span(self.function))
@@ -124,19 +195,30 @@ pub struct MemberContext {
     pub role: String,
 }
 
-/// The audit facts of one tool call, written by `querylayer_api.record_tool_call`.
-pub struct ToolAudit {
+/// One agent tool call: the credential, the tool (its one name: what `tools/call` dispatched
+/// on, and what the audit row records), when the edge got the request, and a write's
+/// idempotency key with the SHA-256 of its arguments.
+pub struct ToolCall {
+    pub fingerprint: Fingerprint,
     pub tool: &'static str,
-    pub started: std::time::Instant,
+    pub started: Instant,
+    pub idempotency: Option<(String, [u8; 32])>,
 }
 
-impl ToolAudit {
-    fn duration_ms(&self) -> i32 {
+impl ToolCall {
+    fn elapsed_ms(&self) -> i32 {
         i32::try_from(self.started.elapsed().as_millis()).unwrap_or(i32::MAX)
+    }
+
+    fn key(&self) -> (Option<&str>, Option<&[u8]>) {
+        match &self.idempotency {
+            Some((key, sha256)) => (Some(key.as_str()), Some(sha256.as_slice())),
+            None => (None, None),
+        }
     }
 }
 
-/// A write made safe to retry: the caller's key, what it does (a tool, a console route) and the
+/// A write made safe to retry: the caller's key, what it does (a console route) and the
 /// SHA-256 of its arguments (sql/155_idempotency.sql).
 #[derive(Clone, Debug)]
 pub struct Idempotency {
@@ -156,10 +238,7 @@ const CLAIM_KEY: &str = "SELECT querylayer_api.claim_idempotency_key($1, $2, $3)
 const STORE_RESPONSE: &str = "SELECT querylayer_api.store_idempotent_response($1, $2)";
 
 /// Claims the key in `tx`: Some(stored answer) when the call already committed under it.
-async fn claim(
-    tx: &deadpool_postgres::Transaction<'_>,
-    idem: &Idempotency,
-) -> Result<Option<Value>, tokio_postgres::Error> {
+async fn claim(tx: &deadpool_postgres::Transaction<'_>, idem: &Idempotency) -> Result<Option<Value>, Error> {
     let statement = tx.prepare_cached(CLAIM_KEY).await?;
     let row = tx.query_one(&statement, &[&idem.key, &idem.action, &idem.request_sha256.as_slice()]).await?;
     let claimed: Option<Value> = row.get(0);
@@ -170,7 +249,7 @@ async fn store(
     tx: &deadpool_postgres::Transaction<'_>,
     idem: &Idempotency,
     value: &Value,
-) -> Result<(), tokio_postgres::Error> {
+) -> Result<(), Error> {
     let statement = tx.prepare_cached(STORE_RESPONSE).await?;
     tx.execute(&statement, &[&idem.key, value]).await?;
     Ok(())
@@ -179,12 +258,24 @@ async fn store(
 const AUTHENTICATE: &str = "SELECT querylayer_api.authenticate($1)";
 const AUTHENTICATE_MEMBER: &str = "SELECT querylayer_api.authenticate_member($1)";
 const AUTHENTICATE_ENVELOPE: &str = "SELECT querylayer_api.authenticate_envelope($1, $2, $3, $4)";
-const RECORD_TOOL_CALL: &str =
-    "SELECT querylayer_api.record_tool_call(p_tool => $1, p_outcome => $2, p_duration_ms => $3, p_error_code => $4)";
+const OPEN_TOOL_CALL: &str = "SELECT querylayer_api.open_tool_call($1, $2, $3, $4)";
+const CLOSE_TOOL_CALL: &str = "SELECT querylayer_api.close_tool_call($1, $2, $3)";
+const RECORD_REFUSED_TOOL_CALL: &str = "SELECT querylayer_api.record_refused_tool_call($1, $2, $3, $4)";
+
+/// How long a connection this edge saw authenticate counts as recently authenticated: the
+/// `/mcp` middleware then admits its tool calls without a round trip of its own (each call
+/// authenticates in its statement anyway). Discovery always authenticates.
+const RECENT_FOR: Duration = Duration::from_secs(30);
+/// Entries kept before the recent-credential cache starts over.
+const RECENT_KEPT: usize = 50_000;
 
 #[derive(Clone)]
 pub struct Db {
     pool: Pool,
+    /// Connections this edge authenticated lately (fingerprint → when, and their context).
+    recent: Arc<Mutex<HashMap<[u8; 32], (Instant, ConnectionContext)>>>,
+    /// The request's round-trip count, in a `Db` made by `counting`.
+    trips: Option<RoundTrips>,
 }
 
 impl Db {
@@ -208,7 +299,33 @@ impl Db {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| format!("cannot build the connection pool: {e}"))?;
-        Ok(Db { pool })
+        Ok(Db { pool, recent: Arc::default(), trips: None })
+    }
+
+    /// The same pool, counting every round trip it makes into `trips` (one request's).
+    pub fn counting(&self, trips: &RoundTrips) -> Db {
+        Db { pool: self.pool.clone(), recent: self.recent.clone(), trips: Some(trips.clone()) }
+    }
+
+    fn trip(&self) {
+        if let Some(trips) = &self.trips {
+            trips.add();
+        }
+    }
+
+    /// `sql` prepared on this connection (cached): a round trip the first time only.
+    async fn prepare(
+        &self,
+        cache: &StatementCache,
+        client: &impl GenericClient,
+        sql: &str,
+    ) -> Result<Statement, Error> {
+        let before = cache.size();
+        let statement = client.prepare_cached(sql).await?;
+        if cache.size() != before {
+            self.trip();
+        }
+        Ok(statement)
     }
 
     pub(crate) async fn client(&self) -> Result<Object, Error> {
@@ -248,12 +365,42 @@ impl Db {
     }
 
     /// Resolves a connection secret's fingerprint in a transaction of its own (one statement):
-    /// the context dies with it. Used before any MCP server exists for the request.
+    /// the context dies with it. Used by discovery, before any MCP server exists for the
+    /// request. A live connection is remembered as recently authenticated, a dead one forgotten.
     pub async fn authenticate(&self, fingerprint: &Fingerprint) -> Result<ConnectionContext, Error> {
-        let client = self.client().await?;
-        let statement = client.prepare_cached(AUTHENTICATE).await?;
-        let row = client.query_one(&statement, &[&fingerprint.as_bytes()]).await?;
-        parse(row.get(0))
+        let result = async {
+            let client = self.client().await?;
+            let statement = self.prepare(&client.statement_cache, &client, AUTHENTICATE).await?;
+            self.trip();
+            let row = client.query_one(&statement, &[&fingerprint.as_bytes()]).await?;
+            parse::<ConnectionContext>(row.get(0))
+        }
+        .await;
+        match &result {
+            Ok(context) => self.remember(fingerprint, context),
+            Err(e) if e.code == Code::Unauthenticated => self.forget(fingerprint),
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// The context of a connection this edge authenticated within `RECENT_FOR`, if any. It
+    /// admits a request to `/mcp`; it grants nothing (the database authenticates every call).
+    pub fn recently_authenticated(&self, fingerprint: &Fingerprint) -> Option<ConnectionContext> {
+        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.get(&fingerprint.0).filter(|(at, _)| at.elapsed() < RECENT_FOR).map(|(_, c)| c.clone())
+    }
+
+    fn remember(&self, fingerprint: &Fingerprint, context: &ConnectionContext) {
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() >= RECENT_KEPT {
+            recent.clear();
+        }
+        recent.insert(fingerprint.0, (Instant::now(), context.clone()));
+    }
+
+    fn forget(&self, fingerprint: &Fingerprint) {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner()).remove(&fingerprint.0);
     }
 
     /// Appends the audit record of a failed connection authentication, in a new transaction.
@@ -275,6 +422,7 @@ impl Db {
         let sql = format!("SELECT querylayer_api.{function}($1, $2)");
         let result = async {
             let client = self.client().await?;
+            self.trip();
             client.execute(&sql, &[&fingerprint.as_bytes(), &channel]).await?;
             Ok::<_, Error>(())
         }
@@ -284,109 +432,93 @@ impl Db {
         }
     }
 
-    /// One tool call as a connection: BEGIN; authenticate; the call; record_tool_call; COMMIT.
-    /// When the call is refused, its transaction rolls back and the refusal is recorded in a
-    /// new one (authenticate; record_tool_call).
-    /// With `idem`, the key is claimed after authentication in the same transaction: a retry of
-    /// a call that committed gets the stored answer (`Answered::Before`) and nothing runs again.
-    pub async fn call_as_connection(
-        &self,
-        fingerprint: &Fingerprint,
-        call: &Call,
-        audit: &ToolAudit,
-        idem: Option<&Idempotency>,
-    ) -> Result<(Value, Answered), Error> {
-        let mut client = self.client().await?;
+    /// An agent's tool call: one statement in autocommit, so one round trip once the
+    /// connection has prepared it (`Call::tool_call_sql`: authenticate, claim the key, the call,
+    /// store the answer, the audit row). A refusal rolls all of it back and is recorded by
+    /// `record_refused_tool_call`. Returns the answer and whether it was stored earlier.
+    pub async fn tool_call(&self, tool: &ToolCall, call: &Call) -> Result<(Value, Answered), Error> {
         let outcome = async {
-            let tx = client.transaction().await?;
-            let auth = tx.prepare_cached(AUTHENTICATE).await?;
-            tx.query_one(&auth, &[&fingerprint.as_bytes()]).await.map_err(Refusal::Authentication)?;
-            let earlier = match idem {
-                Some(idem) => claim(&tx, idem).await.map_err(Refusal::Call)?,
-                None => None,
-            };
-            let (value, answered) = match earlier {
-                Some(value) => (value, Answered::Before),
-                None => {
-                    let value = call.run(&tx).await.map_err(Refusal::Call)?;
-                    if let Some(idem) = idem {
-                        store(&tx, idem, &value).await.map_err(Refusal::Call)?;
-                    }
-                    (value, Answered::Now)
-                }
-            };
-            let record = tx.prepare_cached(RECORD_TOOL_CALL).await?;
-            tx.execute(&record, &[&audit.tool, &"ok", &audit.duration_ms(), &None::<&str>]).await?;
-            tx.commit().await?;
-            Ok::<_, Refusal>((value, answered))
+            let client = self.client().await?;
+            let statement = self.prepare(&client.statement_cache, &client, &call.tool_call_sql()).await?;
+            let (key, sha256) = tool.key();
+            let edge_ms = tool.elapsed_ms();
+            let fingerprint = tool.fingerprint.as_bytes();
+            let mut params: Vec<&(dyn ToSql + Sync)> =
+                vec![&fingerprint, &tool.tool, &key, &sha256, &edge_ms];
+            params.extend(call.params());
+            self.trip();
+            let row = client.query_one(&statement, &params).await?;
+            closed(row.get(0))
         }
         .await;
-        match outcome {
-            Ok(value) => Ok(value),
-            Err(Refusal::Authentication(e)) => {
-                drop(client);
-                let error = Error::from_db(&e);
-                if error.code == Code::Unauthenticated {
-                    self.record_failed_authentication(fingerprint, "mcp").await;
-                }
-                Err(error)
-            }
-            Err(Refusal::Call(e)) | Err(Refusal::Other(e)) => {
-                drop(client);
-                let error = Error::from_db(&e);
-                self.record_refused_tool_call(fingerprint, audit, error.code.as_str()).await;
-                Err(error)
-            }
+        if let Err(error) = &outcome {
+            self.record_refused_tool_call(tool, error.code.as_str()).await;
         }
+        outcome
     }
 
-    /// As `call_as_connection`, for a tool whose work takes more than one governed call in its
-    /// transaction (an answer prepared in the database, written by the LLM, signed in the
-    /// database): BEGIN; authenticate; `steps`; record_tool_call; COMMIT.
-    pub async fn steps_as_connection(
+    /// A tool call whose work takes more than one governed call (an answer prepared in the
+    /// database, written by the LLM, signed in the database): the same steps as `tool_call`
+    /// in one transaction, `BEGIN; open_tool_call; steps; close_tool_call; COMMIT`, and the
+    /// same rule for a refusal.
+    pub async fn tool_steps(
         &self,
-        fingerprint: &Fingerprint,
-        audit: &ToolAudit,
-        idem: Option<&Idempotency>,
+        tool: &ToolCall,
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
     ) -> Result<(Value, Answered), Error> {
-        let mut client = self.client().await?;
         let outcome = async {
-            let tx = client.transaction().await.map_err(|e| Error::from_db(&e))?;
-            let auth = tx.prepare_cached(AUTHENTICATE).await.map_err(|e| Error::from_db(&e))?;
-            tx.query_one(&auth, &[&fingerprint.as_bytes()]).await.map_err(|e| Error::from_db(&e))?;
-            let earlier = match idem {
-                Some(idem) => claim(&tx, idem).await.map_err(|e| Error::from_db(&e))?,
-                None => None,
+            let mut client = self.client().await?;
+            let edge_ms = tool.elapsed_ms();
+            self.trip();
+            let tx = client.transaction().await?;
+            let open = self.prepare(&tx.statement_cache, &tx, OPEN_TOOL_CALL).await?;
+            let (key, sha256) = tool.key();
+            self.trip();
+            let opened: Value =
+                tx.query_one(&open, &[&tool.fingerprint.as_bytes(), &tool.tool, &key, &sha256]).await?.get(0);
+            let value = match opened.get("replay") {
+                Some(stored) => stored.clone(),
+                None => steps(&tx).await?,
             };
-            let (value, answered) = match earlier {
-                Some(value) => (value, Answered::Before),
-                None => {
-                    let value = steps(&tx).await?;
-                    if let Some(idem) = idem {
-                        store(&tx, idem, &value).await.map_err(|e| Error::from_db(&e))?;
-                    }
-                    (value, Answered::Now)
-                }
-            };
-            let record = tx.prepare_cached(RECORD_TOOL_CALL).await.map_err(|e| Error::from_db(&e))?;
-            tx.execute(&record, &[&audit.tool, &"ok", &audit.duration_ms(), &None::<&str>])
-                .await
-                .map_err(|e| Error::from_db(&e))?;
-            tx.commit().await.map_err(|e| Error::from_db(&e))?;
-            Ok::<_, Error>((value, answered))
+            let close = self.prepare(&tx.statement_cache, &tx, CLOSE_TOOL_CALL).await?;
+            self.trip();
+            let row = tx.query_one(&close, &[&opened, &value, &edge_ms]).await?;
+            self.trip();
+            tx.commit().await?;
+            closed(row.get(0))
         }
         .await;
-        drop(client);
-        match outcome {
-            Ok(value) => Ok(value),
-            Err(error) if error.code == Code::Unauthenticated => {
-                self.record_failed_authentication(fingerprint, "mcp").await;
-                Err(error)
+        if let Err(error) = &outcome {
+            self.record_refused_tool_call(tool, error.code.as_str()).await;
+        }
+        outcome
+    }
+
+    /// The one audit rule for a refused tool call (`querylayer_api.record_refused_tool_call`),
+    /// in a statement of its own: a live connection gets a `tool.call` row with outcome error
+    /// and `code`; a dead credential the failed-authentication record instead. Returns true
+    /// when the credential is dead. Failing to record is logged, never shown.
+    pub async fn record_refused_tool_call(&self, tool: &ToolCall, code: &str) -> bool {
+        let result = async {
+            let client = self.client().await?;
+            let statement = self.prepare(&client.statement_cache, &client, RECORD_REFUSED_TOOL_CALL).await?;
+            self.trip();
+            let row = client
+                .query_one(&statement, &[&tool.fingerprint.as_bytes(), &tool.tool, &tool.elapsed_ms(), &code])
+                .await?;
+            Ok::<_, Error>(row.get::<_, String>(0) == "unauthenticated")
+        }
+        .await;
+        match result {
+            Ok(dead) => {
+                if dead {
+                    self.forget(&tool.fingerprint);
+                }
+                dead
             }
-            Err(error) => {
-                self.record_refused_tool_call(fingerprint, audit, error.code.as_str()).await;
-                Err(error)
+            Err(e) => {
+                e.log("recording a refused tool call");
+                false
             }
         }
     }
@@ -408,50 +540,27 @@ impl Db {
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
     ) -> Result<EnvelopeOutcome, Error> {
         let mut client = self.client().await?;
-        let mut tx = client.transaction().await.map_err(|e| Error::from_db(&e))?;
-        let auth = tx.prepare_cached(AUTHENTICATE_ENVELOPE).await.map_err(|e| Error::from_db(&e))?;
-        let receipt: Value = tx
-            .query_one(&auth, &[&header, &method, &path, &body_sha256])
-            .await
-            .map_err(|e| Error::from_db(&e))?
-            .get(0);
+        let mut tx = client.transaction().await?;
+        let auth = tx.prepare_cached(AUTHENTICATE_ENVELOPE).await?;
+        let receipt: Value = tx.query_one(&auth, &[&header, &method, &path, &body_sha256]).await?.get(0);
         if receipt.get("allowed").and_then(Value::as_bool) != Some(true) {
-            tx.commit().await.map_err(|e| Error::from_db(&e))?;
+            tx.commit().await?;
             return Ok(EnvelopeOutcome::Denied(receipt));
         }
         if let Err(refusal) = admit(&receipt) {
-            tx.commit().await.map_err(|e| Error::from_db(&e))?;
+            tx.commit().await?;
             return Err(refusal);
         }
-        let savepoint = tx.savepoint("governed_steps").await.map_err(|e| Error::from_db(&e))?;
+        let savepoint = tx.savepoint("governed_steps").await?;
         let outcome = match steps(&savepoint).await {
-            Ok(value) => savepoint.commit().await.map(|()| value).map_err(|e| Error::from_db(&e)),
+            Ok(value) => savepoint.commit().await.map(|()| value).map_err(Error::from),
             Err(error) => {
-                savepoint.rollback().await.map_err(|e| Error::from_db(&e))?;
+                savepoint.rollback().await?;
                 Err(error)
             }
         };
-        tx.commit().await.map_err(|e| Error::from_db(&e))?;
+        tx.commit().await?;
         outcome.map(|value| EnvelopeOutcome::Allowed { receipt, value })
-    }
-
-    /// Records a tool call that was refused before or inside the database, in a transaction
-    /// of its own that authenticates first. Failing to record is logged, never shown.
-    pub async fn record_refused_tool_call(&self, fingerprint: &Fingerprint, audit: &ToolAudit, code: &str) {
-        let result = async {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await?;
-            let auth = tx.prepare_cached(AUTHENTICATE).await?;
-            tx.query_one(&auth, &[&fingerprint.as_bytes()]).await?;
-            let record = tx.prepare_cached(RECORD_TOOL_CALL).await?;
-            tx.execute(&record, &[&audit.tool, &"error", &audit.duration_ms(), &Some(code)]).await?;
-            tx.commit().await?;
-            Ok::<_, Error>(())
-        }
-        .await;
-        if let Err(e) = result {
-            e.log("recording a refused tool call");
-        }
     }
 
     /// One console request as a member: BEGIN; authenticate_member; `check`; the call; COMMIT.
@@ -465,54 +574,63 @@ impl Db {
     ) -> Result<(Value, Answered), Error> {
         let mut client = self.client().await?;
         let outcome = async {
-            let tx = client.transaction().await.map_err(MemberRefusal::Db)?;
-            let auth = tx.prepare_cached(AUTHENTICATE_MEMBER).await.map_err(MemberRefusal::Db)?;
+            let tx = client.transaction().await?;
+            let auth = tx.prepare_cached(AUTHENTICATE_MEMBER).await?;
             let row = tx
                 .query_one(&auth, &[&fingerprint.as_bytes()])
                 .await
-                .map_err(MemberRefusal::Authentication)?;
+                .map_err(|e| MemberRefusal::Authentication(e.into()))?;
             let context: Value = row.get(0);
-            let member: MemberContext = parse(context.clone()).map_err(MemberRefusal::Edge)?;
-            check(&member).map_err(MemberRefusal::Edge)?;
+            let member: MemberContext = parse(context.clone())?;
+            check(&member)?;
             let earlier = match (call, idem) {
-                (Some(_), Some(idem)) => claim(&tx, idem).await.map_err(MemberRefusal::Db)?,
+                (Some(_), Some(idem)) => claim(&tx, idem).await?,
                 _ => None,
             };
             let (value, answered) = match (call, earlier) {
                 (_, Some(value)) => (value, Answered::Before),
                 (Some(call), None) => {
-                    let value = call.run(&tx).await.map_err(MemberRefusal::Db)?;
+                    let value = call.run(&tx).await?;
                     if let Some(idem) = idem {
-                        store(&tx, idem, &value).await.map_err(MemberRefusal::Db)?;
+                        store(&tx, idem, &value).await?;
                     }
                     (value, Answered::Now)
                 }
                 (None, None) => (context, Answered::Now),
             };
-            tx.commit().await.map_err(MemberRefusal::Db)?;
+            tx.commit().await?;
             Ok::<_, MemberRefusal>((value, answered))
         }
         .await;
         drop(client);
         match outcome {
             Ok(value) => Ok(value),
-            Err(MemberRefusal::Authentication(e)) => {
-                let error = Error::from_db(&e);
+            Err(MemberRefusal::Authentication(error)) => {
                 if error.code == Code::Unauthenticated {
                     self.record_failed_member_authentication(fingerprint, "console").await;
                 }
                 Err(error)
             }
-            Err(MemberRefusal::Db(e)) => Err(Error::from_db(&e)),
-            Err(MemberRefusal::Edge(e)) => Err(e),
+            Err(MemberRefusal::Other(error)) => Err(error),
         }
     }
 
     /// An operator call (the `querylayer admin` commands): one statement, its own transaction.
     pub async fn call_as_operator(&self, call: &Call) -> Result<Value, Error> {
         let client = self.client().await?;
-        Ok(call.run(&client).await?)
+        call.run(&client).await
     }
+}
+
+/// What `close_tool_call` returns: the answer, and whether it is the one stored under the key.
+fn closed(value: Value) -> Result<(Value, Answered), Error> {
+    #[derive(Deserialize)]
+    struct Closed {
+        value: Value,
+        replayed: bool,
+    }
+    let closed: Closed = parse(value)?;
+    Ok((closed.value, if closed.replayed { Answered::Before } else { Answered::Now }))
 }
 
 /// What `with_envelope` did: the database's receipt, and the result when it allowed the call.
@@ -521,22 +639,23 @@ pub enum EnvelopeOutcome {
     Denied(Value),
 }
 
-enum Refusal {
-    Authentication(tokio_postgres::Error),
-    Call(tokio_postgres::Error),
-    Other(tokio_postgres::Error),
+/// A console request's refusal: at the member's authentication (recorded when the token is
+/// dead), or after it.
+enum MemberRefusal {
+    Authentication(Error),
+    Other(Error),
 }
 
-impl From<tokio_postgres::Error> for Refusal {
-    fn from(e: tokio_postgres::Error) -> Self {
-        Refusal::Other(e)
+impl From<Error> for MemberRefusal {
+    fn from(e: Error) -> Self {
+        MemberRefusal::Other(e)
     }
 }
 
-enum MemberRefusal {
-    Authentication(tokio_postgres::Error),
-    Db(tokio_postgres::Error),
-    Edge(Error),
+impl From<tokio_postgres::Error> for MemberRefusal {
+    fn from(e: tokio_postgres::Error) -> Self {
+        MemberRefusal::Other(e.into())
+    }
 }
 
 /// Reads a function's JSON result into the edge's typed view of it. A mismatch is a contract
@@ -549,6 +668,38 @@ pub fn parse<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fingerprint_is_the_sha256_of_the_secret_and_never_prints() {
+        let fp = Fingerprint::of("abc");
+        assert_eq!(
+            fp.as_bytes(),
+            [
+                0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae, 0x22,
+                0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00,
+                0x15, 0xad
+            ]
+        );
+        assert_eq!(format!("{fp:?}"), "Fingerprint(..)");
+    }
+
+    #[test]
+    fn a_tool_call_is_one_statement_that_opens_calls_and_closes() {
+        let call = Call::new("begin_run").arg("p_run_type", "article.draft".to_string());
+        assert_eq!(
+            call.tool_call_sql(),
+            "SELECT querylayer_api.close_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' \
+             ELSE to_jsonb(querylayer_api.begin_run(p_run_type => $6)) END, $5) \
+             FROM querylayer_api.open_tool_call($1, $2, $3, $4) AS o"
+        );
+        // A function of rows runs in a subquery that reads the opened call's row, so it runs
+        // after the authentication, whatever plan PostgreSQL picks.
+        let rows = Call::rows("list_connections").arg("p_site", "demo".to_string());
+        assert!(rows.tool_call_sql().contains(
+            "(SELECT coalesce(jsonb_agg(to_jsonb(r)), '[]'::jsonb) FROM \
+             querylayer_api.list_connections(p_site => $6) AS r WHERE o IS NOT NULL)"
+        ));
+    }
 
     #[test]
     fn calls_use_named_arguments_and_leave_defaults_to_sql() {

@@ -16,9 +16,9 @@ use chrono::{DateTime, SubsecRound, Utc};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::auth::{bearer, Fingerprint};
+use crate::auth::bearer;
 use crate::bulkhead::Access;
-use crate::db::Call;
+use crate::db::{Call, Fingerprint};
 use crate::error::Error;
 use crate::state::AppState;
 
@@ -76,8 +76,7 @@ async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) 
                 "SELECT querylayer_api.authenticate_delivery($1, $2)",
                 &[&site, &token.as_ref().map(|t| t.as_bytes())],
             )
-            .await
-            .map_err(|e| Error::from_db(&e))?
+            .await?
             .get(0);
         state.sites.remember(known.as_bytes(), auth["site"].as_str().unwrap_or(site));
         if let Some(id) = auth["delivery_token_id"].as_str().and_then(|s| s.parse::<uuid::Uuid>().ok()) {

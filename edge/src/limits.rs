@@ -51,10 +51,13 @@ pub async fn check_host_and_origin(State(state): State<AppState>, request: Reque
 
 /// Middleware after authentication on `/mcp`: one bucket per connection; over it, the request's
 /// JSON-RPC error (retryable, with `retry_after`).
-pub async fn limit_connection(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if let Some(principal) = request.extensions().get::<Principal>() {
-        if let Err(retry_after) = state.limiter.check(principal.context.connection_id) {
-            tracing::info!(connection_id = %principal.context.connection_id, "rate limited");
+pub async fn limit_connection(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    if let Some(connection_id) = request.extensions().get::<Principal>().map(|p| p.context.connection_id) {
+        if let Err(retry_after) = state.limiter.check(connection_id) {
+            tracing::info!(connection_id = %connection_id, "rate limited");
+            if let Err(challenge) = crate::auth::confirm(&state, request.extensions_mut(), None).await {
+                return challenge;
+            }
             return crate::body::mcp_refusal(
                 request,
                 Error::rate_limited(retry_after),

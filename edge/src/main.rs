@@ -12,11 +12,11 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use rmcp::ServiceExt;
 
 use querylayer_edge::admin::{self, AdminArgs};
-use querylayer_edge::auth::Fingerprint;
 use querylayer_edge::commands;
 use querylayer_edge::compat;
 use querylayer_edge::config::{self, HttpConfig, LogFormat, ServeArgs};
 use querylayer_edge::db::Db;
+use querylayer_edge::db::Fingerprint;
 use querylayer_edge::error::Code;
 use querylayer_edge::ledger::{self, LedgerArgs};
 use querylayer_edge::mcp::{self, QueryLayerMcp};

@@ -119,11 +119,7 @@ async fn import_osi(
 ) -> Response {
     let document = String::from_utf8_lossy(&body).into_owned();
     governed(&state, &method, &uri, &headers, &body, malformed, async move |tx| {
-        Call::new("import_semantic_model")
-            .arg("p_document", document)
-            .run(tx)
-            .await
-            .map_err(|e| Error::from_db(&e))
+        Call::new("import_semantic_model").arg("p_document", document).run(tx).await
     })
     .await
 }

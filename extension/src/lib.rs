@@ -71,8 +71,7 @@ extension_sql_file!("../../sql/050_audit.sql", name = "audit", requires = ["cred
 extension_sql_file!("../../sql/060_runs.sql", name = "runs", requires = ["audit"]);
 extension_sql_file!("../../sql/070_content.sql", name = "content", requires = ["runs"]);
 extension_sql_file!("../../sql/080_proposals.sql", name = "proposals", requires = ["content"]);
-extension_sql_file!("../../sql/085_console.sql", name = "console", requires = ["proposals"]);
-extension_sql_file!("../../sql/090_operators.sql", name = "operators", requires = ["console"]);
+extension_sql_file!("../../sql/090_operators.sql", name = "operators", requires = ["proposals"]);
 extension_sql_file!("../../sql/095_envelopes.sql", name = "envelopes", requires = ["operators"]);
 extension_sql_file!("../../sql/110_console_tasks.sql", name = "console_tasks", requires = ["envelopes"]);
 extension_sql_file!("../../sql/120_editorial.sql", name = "editorial", requires = ["console_tasks"]);

@@ -118,6 +118,8 @@ fn an_envelope_for_one_route_runs_nothing_else_in_its_transaction() {
                                       -- (strict: NULL arguments prove nothing; checked below).
                                       'sign_in', 'invitation', 'accept_invitation', 'authenticate_session',
                                       'authenticate_delivery', 'record_failed_delivery_authentication',
+                                      -- An agent's tool call authenticates itself (checked below).
+                                      'open_tool_call', 'record_refused_tool_call',
                                       -- No context at all: readiness and the published limits.
                                       'health', 'value_limits')
                 AND NOT EXISTS (SELECT 1 FROM querylayer.envelope_routes r
@@ -161,6 +163,8 @@ fn an_envelope_for_one_route_runs_nothing_else_in_its_transaction() {
         "SELECT querylayer_api.accept_invitation(sha256('qli_x'::bytea), 'password'::text)",
         "SELECT querylayer_api.authenticate_delivery('demo'::text, sha256('qld_x'::bytea))",
         "SELECT querylayer_api.authenticate_session(sha256('qls_x'::bytea), NULL::text)",
+        "SELECT querylayer_api.open_tool_call(sha256('qlc_x'::bytea), 'querylayer_begin_run'::text)",
+        "SELECT querylayer_api.record_refused_tool_call(sha256('qlc_x'::bytea), 'querylayer_begin_run'::text, 1, 'forbidden'::text)",
     ] {
         let mut sp = tx.transaction().unwrap();
         let err = sp.query(sql, &[]).expect_err(sql);

@@ -13,6 +13,7 @@ mod ledger;
 mod liveness;
 mod operators;
 mod runs;
+mod tool_calls;
 mod tools;
 
 use querylayer_e2e::{issued, json, TestDb};

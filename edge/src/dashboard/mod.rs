@@ -24,9 +24,8 @@ use axum::Router;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::auth::Fingerprint;
 use crate::bulkhead::Access;
-use crate::db::Call;
+use crate::db::{Call, Fingerprint};
 use crate::error::Error;
 use crate::state::AppState;
 

@@ -17,8 +17,7 @@ use super::{
     error_page, page, render, run_calls, same_origin, see_other, session_cookie, session_secret, to_sign_in,
     Form, Me,
 };
-use crate::auth::Fingerprint;
-use crate::db::Call;
+use crate::db::{Call, Fingerprint};
 use crate::error::{Code, Error};
 use crate::state::AppState;
 

@@ -254,7 +254,7 @@ impl QueryLayerMcp {
     ) -> Result<Json<ConsoleTask>, CallToolResult> {
         let call =
             Call::new("claim_console_task").opt("p_session_id", p.session_id).opt("p_turn_id", p.turn_id);
-        self.call(&ctx, "querylayer_claim_console_task", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 
     /// Turn a multi-step goal for a claimed turn into a new version of its task plan, bound to
@@ -283,7 +283,7 @@ impl QueryLayerMcp {
             .arg("p_session_id", p.session_id)
             .arg("p_goal", p.goal)
             .arg("p_steps", steps);
-        self.call(&ctx, "querylayer_create_task_plan", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 
     /// Report the running step (succeeded, naming the one proposal a proposal-producing step
@@ -315,7 +315,7 @@ impl QueryLayerMcp {
             .opt("p_summary", p.summary)
             .opt("p_run_ids", p.run_ids)
             .opt("p_proposal_ids", p.proposal_ids);
-        self.call(&ctx, "querylayer_complete_console_task", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 }
 

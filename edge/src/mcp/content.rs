@@ -111,7 +111,7 @@ impl QueryLayerMcp {
             .opt("p_state", p.state)
             .opt("p_limit", p.limit)
             .opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_content", call).await
+        self.call(&ctx, call).await
     }
 
     /// Write a draft revision inside an open run: a new item (slug and template) or a new
@@ -139,6 +139,6 @@ impl QueryLayerMcp {
             .arg("p_fields", p.fields)
             .opt("p_content_id", p.content_id)
             .opt("p_slug", p.slug);
-        self.call(&ctx, "querylayer_create_draft", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 }

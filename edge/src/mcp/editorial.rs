@@ -199,7 +199,7 @@ impl QueryLayerMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<TopicalMap>, CallToolResult> {
         let call = Call::new("list_topical_map").opt("p_limit", p.limit).opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_topical_map", call).await
+        self.call(&ctx, call).await
     }
 
     /// Read the queue of imported topical strategy opportunities with their provenance (source,
@@ -225,7 +225,7 @@ impl QueryLayerMcp {
             .opt("p_state", p.state)
             .opt("p_limit", p.limit)
             .opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_topical_strategy_opportunities", call).await
+        self.call(&ctx, call).await
     }
 
     /// Turn selected strategy opportunities into one typed topical_map proposal (new topics and
@@ -250,12 +250,7 @@ impl QueryLayerMcp {
             .arg("p_run_id", p.run_id)
             .arg("p_opportunity_ids", p.opportunity_ids)
             .opt("p_summary", p.summary);
-        self.call(
-            &ctx,
-            "querylayer_propose_topical_strategy_opportunities",
-            call.idempotent(p.idempotency_key),
-        )
-        .await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 
     /// List the site's immutable content briefs, newest first, a page at a time (`limit`,
@@ -276,7 +271,7 @@ impl QueryLayerMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<BriefList>, CallToolResult> {
         let call = Call::new("list_content_briefs").opt("p_limit", p.limit).opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_content_briefs", call).await
+        self.call(&ctx, call).await
     }
 
     /// Submit contributor output for a content brief (a draft revision written in a run of this
@@ -304,6 +299,6 @@ impl QueryLayerMcp {
             .arg("p_content_id", p.content_id)
             .arg("p_revision_id", p.revision_id)
             .opt("p_summary", p.summary);
-        self.call(&ctx, "querylayer_propose_content_brief_draft", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 }

@@ -183,7 +183,7 @@ impl QueryLayerMcp {
             .arg("p_quoted_span", p.quoted_span)
             .arg("p_retrieved_at", p.retrieved_at)
             .arg("p_source_sha256", p.source_sha256);
-        self.call(&ctx, "querylayer_record_claim_evidence", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 
     /// List the site's claim evidence (claim, source URL, quoted span, retrieval time, hash),
@@ -209,7 +209,7 @@ impl QueryLayerMcp {
             .opt("p_revision_id", p.revision_id)
             .opt("p_limit", p.limit)
             .opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_evidence", call).await
+        self.call(&ctx, call).await
     }
 
     /// Read the re-verification state of the site's evidence: target, due job, the newest
@@ -234,6 +234,6 @@ impl QueryLayerMcp {
             .opt("p_content_id", p.content_id)
             .opt("p_limit", p.limit)
             .opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_evidence_reverification", call).await
+        self.call(&ctx, call).await
     }
 }

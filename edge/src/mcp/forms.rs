@@ -69,6 +69,6 @@ impl QueryLayerMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<FormMetrics>, CallToolResult> {
         let call = Call::new("form_screening_metrics").opt("p_days", p.days).opt("p_form", p.form);
-        self.call(&ctx, "querylayer_form_screening_metrics", call).await
+        self.call(&ctx, call).await
     }
 }

@@ -38,10 +38,10 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{tool_handler, ErrorData as McpError, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
 
-use crate::auth::{self, Fingerprint, Principal};
+use crate::auth::{self, Principal};
 use crate::bulkhead::{Access, SiteLimits};
 use crate::config::HttpConfig;
-use crate::db::{parse, Answered, Call, Db, Idempotency, ToolAudit};
+use crate::db::{parse, Answered, Call, Db, Fingerprint, ToolCall};
 use crate::error::{Code, Error, TOOL_ERROR_META_KEY};
 use crate::limits;
 use crate::state::AppState;
@@ -114,6 +114,13 @@ struct WriteRequest {
     replayed: Arc<AtomicBool>,
 }
 
+/// The tool `call_tool` dispatched to (its one name, which the audit row records) and when.
+#[derive(Clone, Copy)]
+struct Dispatched {
+    tool: &'static str,
+    started: Instant,
+}
+
 /// The SHA-256 of a tool call's canonical arguments, without the key itself.
 fn request_sha256(tool: &str, arguments: Option<&rmcp::model::JsonObject>) -> [u8; 32] {
     use sha2::{Digest, Sha256};
@@ -183,11 +190,11 @@ impl QueryLayerMcp {
         sites.acquire(&principal.context.site, access).await.map(Some)
     }
 
-    /// The idempotency of a call whose tool got `key`, with the arguments `call_tool` hashed.
-    fn idempotency(ctx: &RequestContext<RoleServer>, tool: &str, key: Option<&str>) -> Option<Idempotency> {
+    /// The idempotency of a call whose tool got `key`: the key and the arguments `call_tool` hashed.
+    fn idempotency(ctx: &RequestContext<RoleServer>, key: Option<&str>) -> Option<(String, [u8; 32])> {
         let key = key?;
         let request = ctx.extensions.get::<WriteRequest>()?;
-        Some(Idempotency { key: key.to_string(), action: tool.to_string(), request_sha256: request.sha256 })
+        Some((key.to_string(), request.sha256))
     }
 
     fn note_replay(ctx: &RequestContext<RoleServer>, answered: Answered) {
@@ -230,6 +237,24 @@ impl QueryLayerMcp {
         Self::principal(ctx).map(|p| p.fingerprint.clone()).or_else(|| self.stdio_fingerprint.clone())
     }
 
+    /// Before a refusal made without the database: authenticates an unconfirmed principal now
+    /// and, when its credential is dead, records that and marks the answer as the 401. True
+    /// when it is dead.
+    async fn confirm(&self, ctx: &RequestContext<RoleServer>) -> bool {
+        let Some(principal) = Self::principal(ctx).filter(|p| !p.confirmed) else {
+            return false;
+        };
+        let db = self.db(ctx);
+        match db.authenticate(&principal.fingerprint).await {
+            Err(e) if e.code == Code::Unauthenticated => {
+                db.record_failed_authentication(&principal.fingerprint, "mcp").await;
+                principal.found_dead();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The scopes the connection holds now (HTTP: resolved by the middleware for this request;
     /// stdio: resolved again here).
     async fn scopes(&self, ctx: &RequestContext<RoleServer>) -> Result<Vec<String>, McpError> {
@@ -250,43 +275,25 @@ impl QueryLayerMcp {
         }
     }
 
+    /// The pool, counting into the request's round trips (HTTP).
+    fn db(&self, ctx: &RequestContext<RoleServer>) -> Db {
+        match Self::principal(ctx) {
+            Some(principal) => self.db.counting(&principal.trips),
+            None => self.db.clone(),
+        }
+    }
+
     /// As `call`, for a tool whose work takes more than one governed call in its transaction.
     async fn steps<T: DeserializeOwned>(
         &self,
         ctx: &RequestContext<RoleServer>,
-        tool: &'static str,
         idempotency_key: Option<String>,
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<serde_json::Value, Error>,
     ) -> Result<Json<T>, CallToolResult> {
-        let audit = ToolAudit { tool, started: Instant::now() };
-        let Some(fingerprint) = self.fingerprint(ctx) else {
-            return Err(Error::unauthenticated().into_tool_result());
-        };
-        let _permit = self.site_permit(ctx, tool).await.map_err(Error::into_tool_result)?;
-        let idem = Self::idempotency(ctx, tool, idempotency_key.as_deref());
-        let result = self
-            .db
-            .steps_as_connection(&fingerprint, &audit, idem.as_ref(), steps)
-            .await
-            .map(|(value, answered)| {
-                Self::note_replay(ctx, answered);
-                value
-            })
-            .and_then(parse::<T>);
-        let duration_ms = audit.started.elapsed().as_millis() as u64;
-        match result {
-            Ok(value) => {
-                tracing::info!(tool, duration_ms, outcome = "ok", "tool call");
-                Ok(Json(value))
-            }
-            Err(error) => {
-                tracing::info!(tool, duration_ms, outcome = "error", code = error.code.as_str(), "tool call");
-                if error.status.is_server_error() {
-                    error.log(tool);
-                }
-                Err(error.into_tool_result())
-            }
-        }
+        self.governed(ctx, idempotency_key.as_deref(), async |db: Db, tool: ToolCall| {
+            db.tool_steps(&tool, steps).await
+        })
+        .await
     }
 
     /// The body of every tool: one `querylayer_api` call as the connection, audited, its JSON
@@ -294,29 +301,45 @@ impl QueryLayerMcp {
     async fn call<T: DeserializeOwned>(
         &self,
         ctx: &RequestContext<RoleServer>,
-        tool: &'static str,
         call: Call,
     ) -> Result<Json<T>, CallToolResult> {
-        let audit = ToolAudit { tool, started: Instant::now() };
+        let key = call.idempotency_key().map(str::to_string);
+        self.governed(ctx, key.as_deref(), async |db: Db, tool: ToolCall| db.tool_call(&tool, &call).await)
+            .await
+    }
+
+    /// The one path of an agent's tool call: the tool's name from its dispatch, the site permit,
+    /// the database work (`run`: `Db::tool_call` or `Db::tool_steps`, which audit it and record
+    /// a refusal), the log line, the result or the tool error.
+    async fn governed<T: DeserializeOwned>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        idempotency_key: Option<&str>,
+        run: impl AsyncFnOnce(Db, ToolCall) -> Result<(serde_json::Value, Answered), Error>,
+    ) -> Result<Json<T>, CallToolResult> {
+        let Some(Dispatched { tool, started }) = ctx.extensions.get::<Dispatched>().copied() else {
+            return Err(Error::internal("a tool ran without its dispatch").into_tool_result());
+        };
         let Some(fingerprint) = self.fingerprint(ctx) else {
             return Err(Error::unauthenticated().into_tool_result());
         };
         let _permit = self.site_permit(ctx, tool).await.map_err(Error::into_tool_result)?;
-        let idem = Self::idempotency(ctx, tool, call.idempotency_key());
-        let result = self
-            .db
-            .call_as_connection(&fingerprint, &call, &audit, idem.as_ref())
+        let idempotency = Self::idempotency(ctx, idempotency_key);
+        let call = ToolCall { fingerprint, tool, started, idempotency };
+        let result = run(self.db(ctx), call)
             .await
             .map(|(value, answered)| {
                 Self::note_replay(ctx, answered);
                 value
             })
             .and_then(parse::<T>);
-        let connection_id = Self::principal(ctx).map(|p| p.context.connection_id.to_string());
-        let duration_ms = audit.started.elapsed().as_millis() as u64;
+        let principal = Self::principal(ctx);
+        let connection_id = principal.map(|p| p.context.connection_id.to_string());
+        let db_round_trips = principal.map(|p| p.trips.count());
+        let duration_ms = started.elapsed().as_millis() as u64;
         match result {
             Ok(value) => {
-                tracing::info!(tool, connection_id, duration_ms, outcome = "ok", "tool call");
+                tracing::info!(tool, connection_id, duration_ms, db_round_trips, outcome = "ok", "tool call");
                 Ok(Json(value))
             }
             Err(error) => {
@@ -324,10 +347,16 @@ impl QueryLayerMcp {
                     tool,
                     connection_id,
                     duration_ms,
+                    db_round_trips,
                     outcome = "error",
                     code = error.code.as_str(),
                     "tool call"
                 );
+                if error.code == Code::Unauthenticated {
+                    if let Some(principal) = principal {
+                        principal.found_dead();
+                    }
+                }
                 if error.status.is_server_error() {
                     error.log(tool);
                 }
@@ -385,7 +414,7 @@ impl ServerHandler for QueryLayerMcp {
         let Some((uri, _, function, _)) = RESOURCES.iter().find(|(uri, ..)| *uri == request.uri) else {
             return Err(McpError::resource_not_found(format!("unknown resource {}", request.uri), None));
         };
-        let audit = ToolAudit { tool: "read_resource", started: Instant::now() };
+        let started = Instant::now();
         let Some(fingerprint) = self.fingerprint(&ctx) else {
             return Err(McpError::invalid_request("authentication failed", None));
         };
@@ -393,8 +422,14 @@ impl ServerHandler for QueryLayerMcp {
             Ok(permit) => permit,
             Err(error) => return Err(error.to_mcp_error()),
         };
-        let outcome = self.db.call_as_connection(&fingerprint, &Call::new(function), &audit, None).await;
+        let call = ToolCall { fingerprint, tool: "read_resource", started, idempotency: None };
+        let outcome = self.db(&ctx).tool_call(&call, &Call::new(function)).await;
         drop(permit);
+        if let (Err(error), Some(principal)) = (&outcome, Self::principal(&ctx)) {
+            if error.code == Code::Unauthenticated {
+                principal.found_dead();
+            }
+        }
         match outcome.map(|(value, _)| value) {
             Ok(value) => Ok(ReadResourceResult::new(vec![
                 ResourceContents::text(value.to_string(), *uri).with_mime_type("application/json")
@@ -418,13 +453,20 @@ impl ServerHandler for QueryLayerMcp {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let started = Instant::now();
         let Some(tool) = registry::entry(&request.name).map(|t| t.name) else {
+            // Refused before the database: the credential first.
+            if self.confirm(&ctx).await {
+                return Err(McpError::invalid_request("authentication failed", None));
+            }
             return Err(McpError::invalid_params(format!("unknown tool: {}", request.name), None));
         };
-        let started = Instant::now();
         let fingerprint = self.fingerprint(&ctx);
         let arguments = request.arguments.clone();
         let mut ctx = ctx;
+        ctx.extensions.insert(Dispatched { tool, started });
+        let principal = Self::principal(&ctx).cloned();
+        let db = self.db(&ctx);
         let replayed = Arc::new(AtomicBool::new(false));
         let keyed = arguments.as_ref().is_some_and(|a| a.contains_key("idempotency_key"));
         if keyed && self.writes.contains(tool) {
@@ -463,11 +505,16 @@ impl ServerHandler for QueryLayerMcp {
             "arguments must match the tool's inputSchema; the connection is bound to one site, \
              organization and agent, so no argument may name them",
         );
-        tracing::info!(tool, outcome = "error", code = error.code.as_str(), "tool call");
         if let Some(fingerprint) = fingerprint {
-            let audit = ToolAudit { tool, started };
-            self.db.record_refused_tool_call(&fingerprint, &audit, error.code.as_str()).await;
+            let call = ToolCall { fingerprint, tool, started, idempotency: None };
+            if db.record_refused_tool_call(&call, error.code.as_str()).await {
+                if let Some(principal) = &principal {
+                    principal.found_dead();
+                }
+            }
         }
+        let db_round_trips = principal.as_ref().map(|p| p.trips.count());
+        tracing::info!(tool, db_round_trips, outcome = "error", code = error.code.as_str(), "tool call");
         Ok(error.into_tool_result().into())
     }
 }
@@ -561,7 +608,7 @@ fn offending_fields(
 pub fn router(state: &AppState) -> Router<AppState> {
     Router::new()
         .route_service("/mcp", http_service(state.db.clone(), &state.config, state.sites.clone()))
-        .route_layer(middleware::from_fn_with_state(state.clone(), crate::body::mcp_gate))
+        .route_layer(middleware::from_fn_with_state(state.clone(), crate::auth::mcp_gate))
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_connection))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_connection))
 }

@@ -173,7 +173,7 @@ impl QueryLayerMcp {
             .arg("p_type", p.proposal_type)
             .arg("p_payload", p.payload)
             .opt("p_summary", p.summary);
-        self.call(&ctx, "querylayer_create_proposal", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 
     /// List the site's proposals with their items, decision and execution, newest first, a
@@ -197,7 +197,7 @@ impl QueryLayerMcp {
             .opt("p_state", p.state)
             .opt("p_limit", p.limit)
             .opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_proposals", call).await
+        self.call(&ctx, call).await
     }
 
     /// Ask a human to approve publishing (the exact current draft revision) or unpublishing
@@ -223,6 +223,6 @@ impl QueryLayerMcp {
             .arg("p_run_id", p.run_id)
             .arg("p_items", items)
             .opt("p_summary", p.summary);
-        self.call(&ctx, "querylayer_request_publish_approval", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 }

@@ -152,7 +152,7 @@ impl QueryLayerMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<Revision>, CallToolResult> {
         let call = Call::new("get_revision").arg("p_revision_id", p.revision_id);
-        self.call(&ctx, "querylayer_get_revision", call).await
+        self.call(&ctx, call).await
     }
 
     /// List an item's revisions, newest first, with authors and which is draft or live; page
@@ -176,7 +176,7 @@ impl QueryLayerMcp {
             .arg("p_content_id", p.content_id)
             .opt("p_limit", p.limit)
             .opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_revisions", call).await
+        self.call(&ctx, call).await
     }
 
     /// List the site's templates with their fields (name, type, required, max_length): the
@@ -197,6 +197,6 @@ impl QueryLayerMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<TemplateList>, CallToolResult> {
         let call = Call::new("list_templates").opt("p_limit", p.limit).opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_templates", call).await
+        self.call(&ctx, call).await
     }
 }

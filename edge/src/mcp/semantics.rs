@@ -275,8 +275,7 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<SearchParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<SearchResult>, CallToolResult> {
-        self.call(&ctx, "search_semantic_model", Call::new("search_semantic_model").arg("p_text", p.text))
-            .await
+        self.call(&ctx, Call::new("search_semantic_model").arg("p_text", p.text)).await
     }
 
     /// Resolve a metric to its SQL expression for a dialect, with fallback (requested →
@@ -296,12 +295,7 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<ResolveMetricParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<MetricResolution>, CallToolResult> {
-        self.call(
-            &ctx,
-            "resolve_metric",
-            Call::new("resolve_metric").arg("p_name", p.name).opt("p_dialect", p.dialect),
-        )
-        .await
+        self.call(&ctx, Call::new("resolve_metric").arg("p_name", p.name).opt("p_dialect", p.dialect)).await
     }
 
     /// Ask whether this connection's agent may act on a resource: RBAC AND ODRL (action
@@ -324,7 +318,6 @@ impl QueryLayerMcp {
     ) -> Result<Json<AccessDecision>, CallToolResult> {
         self.call(
             &ctx,
-            "check_access",
             Call::new("check_access")
                 .arg("p_resource", p.resource)
                 .opt("p_action", p.action)
@@ -353,7 +346,6 @@ impl QueryLayerMcp {
     ) -> Result<Json<NavigatorBundle>, CallToolResult> {
         self.call(
             &ctx,
-            "build_navigator_bundle",
             Call::new("build_navigator_bundle").opt("p_purpose", p.purpose).idempotent(p.idempotency_key),
         )
         .await
@@ -378,7 +370,6 @@ impl QueryLayerMcp {
     ) -> Result<Json<ImportedModel>, CallToolResult> {
         self.call(
             &ctx,
-            "import_semantic_model",
             Call::new("import_semantic_model")
                 .arg("p_document", as_text(p.document))
                 .idempotent(p.idempotency_key),
@@ -406,7 +397,7 @@ impl QueryLayerMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<SignedAnswer>, CallToolResult> {
         let llm = self.llm.clone();
-        self.steps(&ctx, "answer_question", p.idempotency_key, async move |tx| {
+        self.steps(&ctx, p.idempotency_key, async move |tx| {
             answer(tx, llm.as_ref(), p.question, p.purpose, p.dialect).await
         })
         .await
@@ -430,7 +421,7 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<StoryParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<StoryRun>, CallToolResult> {
-        self.call(&ctx, "run_qglake_story", Call::new("run_qglake_story").idempotent(p.idempotency_key)).await
+        self.call(&ctx, Call::new("run_qglake_story").idempotent(p.idempotency_key)).await
     }
 
     /// Verify a TypeDID envelope on its own: its payload hash and its Ed25519 signature against
@@ -450,11 +441,6 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<VerifyEnvelopeParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<EnvelopeVerification>, CallToolResult> {
-        self.call(
-            &ctx,
-            "verify_envelope",
-            Call::new("verify_envelope").arg("p_envelope", as_text(p.envelope)),
-        )
-        .await
+        self.call(&ctx, Call::new("verify_envelope").arg("p_envelope", as_text(p.envelope))).await
     }
 }

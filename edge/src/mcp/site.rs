@@ -78,6 +78,6 @@ impl QueryLayerMcp {
         Parameters(_): Parameters<SiteContextParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<SiteContext>, CallToolResult> {
-        self.call(&ctx, "querylayer_site_context", Call::new("site_context")).await
+        self.call(&ctx, Call::new("site_context")).await
     }
 }

@@ -183,7 +183,7 @@ impl QueryLayerMcp {
             .arg("p_name", p.name)
             .arg("p_records", Value::Array(p.records))
             .opt("p_source", p.source);
-        self.call(&ctx, "querylayer_stage_content_source_package", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 
     /// List the site's staged source packages, newest first, with checksums, counts and
@@ -205,7 +205,7 @@ impl QueryLayerMcp {
     ) -> Result<Json<PackageList>, CallToolResult> {
         let call =
             Call::new("list_content_source_packages").opt("p_limit", p.limit).opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_content_source_packages", call).await
+        self.call(&ctx, call).await
     }
 
     /// List a staged package's records as submitted, with their hashes and validation (valid
@@ -231,7 +231,7 @@ impl QueryLayerMcp {
             .opt("p_valid", p.valid)
             .opt("p_limit", p.limit)
             .opt("p_cursor", p.cursor);
-        self.call(&ctx, "querylayer_list_content_source_records", call).await
+        self.call(&ctx, call).await
     }
 
     /// Turn valid staged records, and the draft revision written from them, into an inert
@@ -259,6 +259,6 @@ impl QueryLayerMcp {
             .arg("p_content_id", p.content_id)
             .arg("p_revision_id", p.revision_id)
             .opt("p_summary", p.summary);
-        self.call(&ctx, "querylayer_propose_content_source_draft", call.idempotent(p.idempotency_key)).await
+        self.call(&ctx, call.idempotent(p.idempotency_key)).await
     }
 }
