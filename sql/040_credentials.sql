@@ -248,7 +248,6 @@ $$;
 CREATE FUNCTION querylayer.resolve_connection(p_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    r         record;
     v_revoked timestamptz;
     v_expires timestamptz;
 BEGIN
@@ -260,29 +259,28 @@ BEGIN
     ELSIF v_expires <= clock_timestamp() THEN
         RETURN jsonb_build_object('ok', false, 'reason', 'expired');
     END IF;
-    SELECT c.*, s.slug AS site_slug, o.slug AS organization_slug, a.handle AS agent_handle,
-           a.kind AS agent_kind, a.profile_id, a.profile_name
-      INTO r
+    -- The live context, built in the one statement that reads it.
+    RETURN (
+    SELECT jsonb_build_object(
+        'ok', true,
+        'organization_id', c.organization_id, 'organization', o.slug,
+        'site_id', c.site_id, 'site', s.slug,
+        'agent_id', c.agent_id, 'agent', a.handle, 'agent_kind', a.kind,
+        'profile_id', a.profile_id, 'profile_name', a.profile_name,
+        'connection_id', c.id, 'connection', c.name,
+        -- Re-checked at every use: a permission removed from the agent removes the scope here.
+        'scopes', to_jsonb(ARRAY(
+            SELECT sc FROM unnest(c.scopes) AS sc
+             WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
+                            WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = sc)
+             ORDER BY sc)),
+        'harness', c.harness,
+        'expires_at', c.expires_at)
       FROM querylayer.connections c
       JOIN querylayer.sites s ON s.id = c.site_id
       JOIN querylayer.organizations o ON o.id = c.organization_id
       JOIN querylayer.agents a ON a.id = c.agent_id
-     WHERE c.id = p_id;
-    RETURN jsonb_build_object(
-        'ok', true,
-        'organization_id', r.organization_id, 'organization', r.organization_slug,
-        'site_id', r.site_id, 'site', r.site_slug,
-        'agent_id', r.agent_id, 'agent', r.agent_handle, 'agent_kind', r.agent_kind,
-        'profile_id', r.profile_id, 'profile_name', r.profile_name,
-        'connection_id', r.id, 'connection', r.name,
-        -- Re-checked at every use: a permission removed from the agent removes the scope here.
-        'scopes', to_jsonb(ARRAY(
-            SELECT s FROM unnest(r.scopes) AS s
-             WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
-                            WHERE p.site_id = r.site_id AND p.agent_id = r.agent_id AND p.scope = s)
-             ORDER BY s)),
-        'harness', r.harness,
-        'expires_at', r.expires_at);
+     WHERE c.id = p_id);
 END
 $$;
 

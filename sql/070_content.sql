@@ -282,8 +282,16 @@ CREATE FUNCTION querylayer.newest_template(p_site_id uuid, p_name text) RETURNS 
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v       querylayer.templates;
-    v_names text[] := querylayer.template_names(p_site_id);
+    v_names text[];
 BEGIN
+    IF p_name IS NOT NULL THEN
+        SELECT * INTO v FROM querylayer.templates WHERE site_id = p_site_id AND name = p_name ORDER BY version DESC LIMIT 1;
+        IF FOUND THEN
+            RETURN v;
+        END IF;
+    END IF;
+    -- Refusals name the templates that exist (read only on this path).
+    v_names := querylayer.template_names(p_site_id);
     IF cardinality(v_names) = 0 THEN
         RAISE EXCEPTION 'template: this site has no templates yet, so no draft can be written'
             USING ERRCODE = 'QL422',
@@ -293,13 +301,9 @@ BEGIN
         RAISE EXCEPTION 'template is required for a new item (one of: %)', array_to_string(v_names, ', ')
             USING ERRCODE = '22023', HINT = 'querylayer_list_templates shows each template''s fields';
     END IF;
-    SELECT * INTO v FROM querylayer.templates WHERE site_id = p_site_id AND name = p_name ORDER BY version DESC LIMIT 1;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'template: no template named % on this site (one of: %)', quote_literal(p_name),
-            array_to_string(v_names, ', ') USING ERRCODE = 'QL404',
-            HINT = 'querylayer_list_templates shows each template''s fields';
-    END IF;
-    RETURN v;
+    RAISE EXCEPTION 'template: no template named % on this site (one of: %)', quote_literal(p_name),
+        array_to_string(v_names, ', ') USING ERRCODE = 'QL404',
+        HINT = 'querylayer_list_templates shows each template''s fields';
 END
 $$;
 
