@@ -244,46 +244,8 @@ $$;
 --
 -- Unknown, revoked and expired credentials take the same work: one indexed read of the one
 -- row (the extension passes the nil id for an unknown fingerprint), then the verdict. Only a
--- live credential is read further.
-CREATE FUNCTION querylayer.resolve_connection(p_id uuid) RETURNS jsonb
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    v_revoked timestamptz;
-    v_expires timestamptz;
-BEGIN
-    SELECT c.revoked_at, c.expires_at INTO v_revoked, v_expires FROM querylayer.connections c WHERE c.id = p_id;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
-    ELSIF v_revoked IS NOT NULL THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF v_expires <= clock_timestamp() THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
-    END IF;
-    -- The live context, built in the one statement that reads it.
-    RETURN (
-    SELECT jsonb_build_object(
-        'ok', true,
-        'organization_id', c.organization_id, 'organization', o.slug,
-        'site_id', c.site_id, 'site', s.slug,
-        'agent_id', c.agent_id, 'agent', a.handle, 'agent_kind', a.kind,
-        'profile_id', a.profile_id, 'profile_name', a.profile_name,
-        'connection_id', c.id, 'connection', c.name,
-        -- Re-checked at every use: a permission removed from the agent removes the scope here.
-        'scopes', to_jsonb(ARRAY(
-            SELECT sc FROM unnest(c.scopes) AS sc
-             WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
-                            WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = sc)
-             ORDER BY sc)),
-        'harness', c.harness,
-        'expires_at', c.expires_at)
-      FROM querylayer.connections c
-      JOIN querylayer.sites s ON s.id = c.site_id
-      JOIN querylayer.organizations o ON o.id = c.organization_id
-      JOIN querylayer.agents a ON a.id = c.agent_id
-     WHERE c.id = p_id);
-END
-$$;
-
+-- live credential is read further. (A connection's verdict, asked at every tool call, is one
+-- statement in the extension itself: RESOLVE_CONNECTION in extension/src/context.rs.)
 CREATE FUNCTION querylayer.resolve_member_token(p_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE

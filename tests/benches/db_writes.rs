@@ -212,7 +212,7 @@ fn main() {
     let fp_hex = hex::encode(&fp);
     let (value_text, fields_text) = (value.to_string(), fields.to_string());
     let artifact_batch = compare(
-        "  the same, one round trip each",
+        "  record_artifact, one round trip each",
         |i| {
             edge.batch_execute(&format!(
                 "BEGIN; SELECT querylayer_api.authenticate('\\x{fp_hex}'::bytea);
@@ -232,7 +232,7 @@ fn main() {
         },
     );
     let draft_batch = compare(
-        "  the same, one round trip each",
+        "  create_draft, one round trip each",
         |_| {
             edge.batch_execute(&format!(
                 "BEGIN; SELECT querylayer_api.authenticate('\\x{fp_hex}'::bytea);
