@@ -50,9 +50,13 @@ BEGIN
 END
 $$;
 
+-- (plpgsql, not sql: the planner does not inline this call, and an sql function that is not
+-- inlined is parsed and planned again at every call, which every governed function paid.)
 CREATE FUNCTION querylayer.require_connection(p_scope text DEFAULT NULL) RETURNS void
-LANGUAGE sql STABLE AS $$
-    SELECT querylayer.require_connection_for(NULL::text, p_scope)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    PERFORM querylayer.require_connection_for(NULL::text, p_scope);
+END
 $$;
 
 -- The SHA-256 (hex) of the body an envelope-derived context was signed for, or NULL.

@@ -121,16 +121,17 @@ $$;
 -- A site's history takes one writer at a time: its ledger_heads row. The wait for that row is
 -- bounded (setting ledger_lock_timeout_ms, 5 s by default): past it the call fails with QL503, a
 -- retryable "busy", so a transaction that holds one site's history cannot make the writers of
--- that site hold their connections until the statement timeout. Taken once per transaction
--- and site (the transaction-local marker only saves the second attempt; the UPDATE that follows
--- locks the row whatever the marker says).
+-- that site hold their connections until the statement timeout. An uncontended row (or one this
+-- transaction already holds) is taken at once, without the subtransaction the bounded wait needs
+-- to turn a lock timeout into QL503; only a writer that finds the row held pays for it.
 CREATE FUNCTION querylayer.lock_ledger_head(p_site uuid) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_saved   text;
     v_timeout integer;
 BEGIN
-    IF pg_catalog.current_setting('querylayer.ledger_head_held', true) = p_site::text THEN
+    PERFORM 1 FROM querylayer.ledger_heads WHERE site_id = p_site FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
         RETURN;
     END IF;
     v_saved := pg_catalog.current_setting('lock_timeout');
@@ -145,7 +146,6 @@ BEGIN
                   HINT = 'retry the call shortly (with the same idempotency key); an operator finds the holder in pg_locks on querylayer.ledger_heads';
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_saved, true);
-    PERFORM pg_catalog.set_config('querylayer.ledger_head_held', p_site::text, true);
 END
 $$;
 
@@ -153,10 +153,14 @@ CREATE FUNCTION querylayer.chain_append() RETURNS trigger
 LANGUAGE plpgsql
 SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' SET bytea_output = 'hex' SET extra_float_digits = 1 AS $$
 DECLARE
-    v_form    querylayer.ledger_forms;
+    v_form    smallint;
+    v_fields  text[];
+    v_row     jsonb;
     v_content bytea;
 BEGIN
-    IF querylayer.restoring() THEN
+    -- (restoring() is false unless session_replication_role is replica: tested here first, as
+    -- this runs for every chained insert.)
+    IF pg_catalog.current_setting('session_replication_role') = 'replica' AND querylayer.restoring() THEN
         -- A restored record keeps the chain it was dumped with; verify_ledger proves it.
         IF NEW.chain_seq IS NULL OR NEW.prev_sha256 IS NULL OR NEW.content_sha256 IS NULL
            OR NEW.record_sha256 IS NULL OR NEW.ledger_form IS NULL
@@ -166,9 +170,19 @@ BEGIN
         END IF;
         RETURN NEW;
     END IF;
-    v_form := querylayer.newest_ledger_form(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
-    NEW.ledger_form := v_form.form;
-    v_content := querylayer.ledger_content(to_jsonb(NEW), v_form.fields);
+    -- The newest form (querylayer.newest_ledger_form) and the content hash
+    -- (querylayer.ledger_content), inline: one statement each instead of two function calls.
+    SELECT f.form, f.fields INTO v_form, v_fields
+      FROM querylayer.ledger_forms f WHERE f.table_name = format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME)
+     ORDER BY f.form DESC LIMIT 1;
+    IF NOT FOUND THEN
+        PERFORM querylayer.newest_ledger_form(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));  -- raises QL422
+    END IF;
+    NEW.ledger_form := v_form;
+    v_row := to_jsonb(NEW);
+    v_content := pg_catalog.sha256(pg_catalog.convert_to(
+        (v_row - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(v_row) AS k WHERE NOT (k = ANY (v_fields))))::text,
+        'UTF8'));
     PERFORM querylayer.lock_ledger_head(NEW.site_id);
     UPDATE querylayer.ledger_heads h
        SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || v_content)

@@ -244,48 +244,8 @@ $$;
 --
 -- Unknown, revoked and expired credentials take the same work: one indexed read of the one
 -- row (the extension passes the nil id for an unknown fingerprint), then the verdict. Only a
--- live credential is read further.
-CREATE FUNCTION querylayer.resolve_connection(p_id uuid) RETURNS jsonb
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    r         record;
-    v_revoked timestamptz;
-    v_expires timestamptz;
-BEGIN
-    SELECT c.revoked_at, c.expires_at INTO v_revoked, v_expires FROM querylayer.connections c WHERE c.id = p_id;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
-    ELSIF v_revoked IS NOT NULL THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF v_expires <= clock_timestamp() THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
-    END IF;
-    SELECT c.*, s.slug AS site_slug, o.slug AS organization_slug, a.handle AS agent_handle,
-           a.kind AS agent_kind, a.profile_id, a.profile_name
-      INTO r
-      FROM querylayer.connections c
-      JOIN querylayer.sites s ON s.id = c.site_id
-      JOIN querylayer.organizations o ON o.id = c.organization_id
-      JOIN querylayer.agents a ON a.id = c.agent_id
-     WHERE c.id = p_id;
-    RETURN jsonb_build_object(
-        'ok', true,
-        'organization_id', r.organization_id, 'organization', r.organization_slug,
-        'site_id', r.site_id, 'site', r.site_slug,
-        'agent_id', r.agent_id, 'agent', r.agent_handle, 'agent_kind', r.agent_kind,
-        'profile_id', r.profile_id, 'profile_name', r.profile_name,
-        'connection_id', r.id, 'connection', r.name,
-        -- Re-checked at every use: a permission removed from the agent removes the scope here.
-        'scopes', to_jsonb(ARRAY(
-            SELECT s FROM unnest(r.scopes) AS s
-             WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
-                            WHERE p.site_id = r.site_id AND p.agent_id = r.agent_id AND p.scope = s)
-             ORDER BY s)),
-        'harness', r.harness,
-        'expires_at', r.expires_at);
-END
-$$;
-
+-- live credential is read further. (A connection's verdict, asked at every tool call, is one
+-- statement in the extension itself: RESOLVE_CONNECTION in extension/src/context.rs.)
 CREATE FUNCTION querylayer.resolve_member_token(p_id uuid) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE

@@ -333,7 +333,9 @@ BEGIN
             USING ERRCODE = 'QL409', HINT = 'record the new result under another key';
     END IF;
     INSERT INTO querylayer.run_artifacts (site_id, run_id, key, value, affected_objects, agent_id, connection_id, harness)
-    VALUES (v_run.site_id, v_run.id, p_key, p_value, querylayer.check_affected_objects(p_affected_objects),
+    VALUES (v_run.site_id, v_run.id, p_key, p_value,
+            CASE WHEN p_affected_objects = '[]'::jsonb THEN p_affected_objects
+                 ELSE querylayer.check_affected_objects(p_affected_objects) END,
             querylayer.ctx_agent_id(), querylayer.ctx_connection_id(), querylayer.ctx_harness())
     RETURNING * INTO v_art;
     PERFORM querylayer.audit('run.artifact'::text, v_run.id::text, jsonb_build_object('key', p_key));

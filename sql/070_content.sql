@@ -54,44 +54,42 @@ $$;
 CREATE FUNCTION querylayer.check_draft_fields(p_template querylayer.templates, p_fields jsonb) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
-    v_missing  text[];
-    v_unknown  text[];
-    v_problems text[] := '{}';
-    v_field    jsonb;
-    v          jsonb;
+    v_problems text[];
 BEGIN
     IF p_fields IS NULL OR jsonb_typeof(p_fields) <> 'object' THEN
         RAISE EXCEPTION 'fields must be a JSON object keyed by the template''s field names' USING ERRCODE = '22023';
     END IF;
-    SELECT array_agg(f->>'name' ORDER BY f->>'name') INTO v_missing
-      FROM jsonb_array_elements(p_template.fields) f
-     WHERE (f->>'required')::boolean
-       AND (NOT p_fields ? (f->>'name') OR p_fields->(f->>'name') = 'null'::jsonb
-            OR p_fields->(f->>'name') = '""'::jsonb OR p_fields->(f->>'name') = '[]'::jsonb);
-    SELECT array_agg(k ORDER BY k) INTO v_unknown
-      FROM jsonb_object_keys(p_fields) k
-     WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_template.fields) f WHERE f->>'name' = k);
-    IF v_missing IS NOT NULL THEN
-        v_problems := v_problems || ('missing required fields: ' || array_to_string(v_missing, ', '));
-    END IF;
-    IF v_unknown IS NOT NULL THEN
-        v_problems := v_problems || ('unknown fields: ' || array_to_string(v_unknown, ', '));
-    END IF;
-    FOR v_field IN SELECT * FROM jsonb_array_elements(p_template.fields) LOOP
-        v := p_fields->(v_field->>'name');
-        CONTINUE WHEN v IS NULL OR v = 'null'::jsonb;
-        IF v_field->>'type' IN ('text', 'markdown', 'url') AND jsonb_typeof(v) <> 'string' THEN
-            v_problems := v_problems || format('%s must be a string', v_field->>'name');
-        ELSIF v_field->>'type' = 'url' AND (v#>>'{}') !~ '^https?://[^[:space:]]+$' THEN
-            v_problems := v_problems || format('%s must be an http(s) URL', v_field->>'name');
-        ELSIF v_field->>'type' = 'list' AND (jsonb_typeof(v) <> 'array'
-              OR EXISTS (SELECT 1 FROM jsonb_array_elements(v) e WHERE jsonb_typeof(e) <> 'string')) THEN
-            v_problems := v_problems || format('%s must be a list of strings', v_field->>'name');
-        ELSIF v_field ? 'max_length' AND jsonb_typeof(v) = 'string'
-              AND length(v#>>'{}') > (v_field->>'max_length')::integer THEN
-            v_problems := v_problems || format('%s is longer than %s characters', v_field->>'name', v_field->>'max_length');
-        END IF;
-    END LOOP;
+    -- Every problem, in one statement: the missing required fields, the unknown fields, then each
+    -- declared field's first problem (type, URL, list, length), in the template's order.
+    SELECT array_remove(ARRAY[
+               (SELECT 'missing required fields: ' || string_agg(f->>'name', ', ' ORDER BY f->>'name')
+                  FROM jsonb_array_elements(p_template.fields) f
+                 WHERE (f->>'required')::boolean
+                   AND (NOT p_fields ? (f->>'name')
+                        OR p_fields->(f->>'name') IN ('null'::jsonb, '""'::jsonb, '[]'::jsonb))),
+               (SELECT 'unknown fields: ' || string_agg(k, ', ' ORDER BY k)
+                  FROM jsonb_object_keys(p_fields) k
+                 WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_template.fields) f WHERE f->>'name' = k))
+           ], NULL)
+           || coalesce((
+               SELECT array_agg(x.problem ORDER BY x.o)
+                 FROM (SELECT e.o, CASE
+                           WHEN e.f->>'type' IN ('text', 'markdown', 'url') AND jsonb_typeof(e.v) <> 'string' THEN
+                               format('%s must be a string', e.f->>'name')
+                           WHEN e.f->>'type' = 'url' AND (e.v#>>'{}') !~ '^https?://[^[:space:]]+$' THEN
+                               format('%s must be an http(s) URL', e.f->>'name')
+                           WHEN e.f->>'type' = 'list' AND (jsonb_typeof(e.v) <> 'array'
+                                 OR EXISTS (SELECT 1 FROM jsonb_array_elements(e.v) el WHERE jsonb_typeof(el) <> 'string')) THEN
+                               format('%s must be a list of strings', e.f->>'name')
+                           WHEN e.f ? 'max_length' AND jsonb_typeof(e.v) = 'string'
+                                AND length(e.v#>>'{}') > (e.f->>'max_length')::integer THEN
+                               format('%s is longer than %s characters', e.f->>'name', e.f->>'max_length')
+                       END AS problem
+                         FROM (SELECT d.f, d.o, p_fields->(d.f->>'name') AS v
+                                 FROM jsonb_array_elements(p_template.fields) WITH ORDINALITY AS d(f, o)) e
+                        WHERE e.v IS NOT NULL AND e.v <> 'null'::jsonb) x
+                WHERE x.problem IS NOT NULL), '{}')
+      INTO v_problems;
     IF cardinality(v_problems) > 0 THEN
         RAISE EXCEPTION 'the draft does not satisfy template % (version %): %', p_template.name, p_template.version,
             array_to_string(v_problems, '; ')
@@ -282,8 +280,16 @@ CREATE FUNCTION querylayer.newest_template(p_site_id uuid, p_name text) RETURNS 
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v       querylayer.templates;
-    v_names text[] := querylayer.template_names(p_site_id);
+    v_names text[];
 BEGIN
+    IF p_name IS NOT NULL THEN
+        SELECT * INTO v FROM querylayer.templates WHERE site_id = p_site_id AND name = p_name ORDER BY version DESC LIMIT 1;
+        IF FOUND THEN
+            RETURN v;
+        END IF;
+    END IF;
+    -- Refusals name the templates that exist (read only on this path).
+    v_names := querylayer.template_names(p_site_id);
     IF cardinality(v_names) = 0 THEN
         RAISE EXCEPTION 'template: this site has no templates yet, so no draft can be written'
             USING ERRCODE = 'QL422',
@@ -293,13 +299,9 @@ BEGIN
         RAISE EXCEPTION 'template is required for a new item (one of: %)', array_to_string(v_names, ', ')
             USING ERRCODE = '22023', HINT = 'querylayer_list_templates shows each template''s fields';
     END IF;
-    SELECT * INTO v FROM querylayer.templates WHERE site_id = p_site_id AND name = p_name ORDER BY version DESC LIMIT 1;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'template: no template named % on this site (one of: %)', quote_literal(p_name),
-            array_to_string(v_names, ', ') USING ERRCODE = 'QL404',
-            HINT = 'querylayer_list_templates shows each template''s fields';
-    END IF;
-    RETURN v;
+    RAISE EXCEPTION 'template: no template named % on this site (one of: %)', quote_literal(p_name),
+        array_to_string(v_names, ', ') USING ERRCODE = 'QL404',
+        HINT = 'querylayer_list_templates shows each template''s fields';
 END
 $$;
 

@@ -72,6 +72,15 @@ BEGIN
     IF querylayer.restoring() THEN
         RETURN NULL;
     END IF;
+    -- Most updates of a content item move only its draft pointer: its key and governed state
+    -- (querylayer.live_state_key, querylayer.live_state) are unchanged, which the columns
+    -- themselves say without building either row's JSON. No event, as below.
+    IF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'content_items' THEN
+        IF (NEW.id, NEW.published_revision_id, NEW.published_at, NEW.archived_at)
+           IS NOT DISTINCT FROM (OLD.id, OLD.published_revision_id, OLD.published_at, OLD.archived_at) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     IF TG_OP <> 'INSERT' THEN
         v_old := to_jsonb(OLD);
         v_site := OLD.site_id;

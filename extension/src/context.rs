@@ -410,7 +410,7 @@ impl Credential {
     }
     fn resolver(self) -> &'static str {
         match self {
-            Credential::Connection | Credential::DidKey => "SELECT querylayer.resolve_connection($1)",
+            Credential::Connection | Credential::DidKey => RESOLVE_CONNECTION,
             Credential::MemberToken => "SELECT querylayer.resolve_member_token($1)",
             Credential::MemberSession => "SELECT querylayer.resolve_member_session($1)",
             Credential::Invitation => "SELECT querylayer.resolve_invitation($1)",
@@ -418,6 +418,37 @@ impl Credential {
         }
     }
 }
+
+/// The verdict on a connection (its id; the nil id for an unknown fingerprint), as the other
+/// credentials' `querylayer.resolve_*` functions give theirs, in one statement: no plpgsql call
+/// on the path of every tool call. Decided on the wall clock (`clock_timestamp`). Unknown,
+/// revoked and expired connections take the same work: one indexed read of the one row, then
+/// the verdict; only a live one is read further (the subquery runs only in that branch).
+/// Scopes are re-checked at every use: a permission removed from the agent removes the scope.
+const RESOLVE_CONNECTION: &str = "
+SELECT CASE
+         WHEN c.id IS NULL THEN '{\"ok\": false, \"reason\": \"unknown\"}'::pg_catalog.jsonb
+         WHEN c.revoked_at IS NOT NULL THEN '{\"ok\": false, \"reason\": \"revoked\"}'::pg_catalog.jsonb
+         WHEN c.expires_at <= pg_catalog.clock_timestamp() THEN '{\"ok\": false, \"reason\": \"expired\"}'::pg_catalog.jsonb
+         ELSE (SELECT pg_catalog.jsonb_build_object(
+                        'ok', true,
+                        'organization_id', c.organization_id, 'organization', o.slug,
+                        'site_id', c.site_id, 'site', s.slug,
+                        'agent_id', c.agent_id, 'agent', a.handle, 'agent_kind', a.kind,
+                        'profile_id', a.profile_id, 'profile_name', a.profile_name,
+                        'connection_id', c.id, 'connection', c.name,
+                        'scopes', pg_catalog.to_jsonb(ARRAY(
+                            SELECT sc FROM pg_catalog.unnest(c.scopes) AS sc
+                             WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
+                                            WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = sc)
+                             ORDER BY sc)),
+                        'harness', c.harness,
+                        'expires_at', c.expires_at)
+                 FROM querylayer.sites s, querylayer.organizations o, querylayer.agents a
+                WHERE s.id = c.site_id AND o.id = c.organization_id AND a.id = c.agent_id)
+       END
+  FROM (SELECT $1::pg_catalog.uuid AS id) x
+  LEFT JOIN querylayer.connections c ON c.id = x.id";
 
 /// The outcome of resolving a credential, before anything is granted.
 pub(crate) enum Resolution {

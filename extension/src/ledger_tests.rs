@@ -149,4 +149,80 @@ mod tests {
         .0;
         assert_eq!(before, serde_json::json!([]), "nothing was recorded before 2000");
     }
+
+    fn json(sql: &str) -> Value {
+        Spi::get_one::<JsonB>(sql).expect("query failed").expect("NULL result").0
+    }
+
+    /// The fast paths of a governed write keep what they replaced: the content hash that
+    /// chain_append takes inline is the one verification recomputes (querylayer.ledger_content
+    /// over the record's form), each record links to the one before, a draft pointer's move is
+    /// no state event, and a refusal still names the templates.
+    #[pg_test]
+    fn governed_writes_chain_exactly_what_verification_recomputes() {
+        let seeded = json("SELECT querylayer_api.seed_demo()");
+        let secret = seeded["connection"]["secret"].as_str().unwrap().to_string();
+        let events = || Spi::get_one::<i64>("SELECT count(*) FROM querylayer.state_events").unwrap().unwrap();
+        let before = events();
+        json(&format!("SELECT querylayer_api.authenticate(sha256(convert_to('{secret}', 'UTF8')))"));
+        let run = json("SELECT querylayer_api.begin_run('ledger.test')");
+        let run_id = run["run_id"].as_str().unwrap();
+        let artifact = json(&format!(
+            "SELECT querylayer_api.record_artifact('{run_id}'::uuid, 'k1'::text, '{{\"n\": 1.50, \"at\": \"x\"}}'::jsonb)"
+        ));
+        let d = json(&format!(
+            "SELECT querylayer_api.create_draft('{run_id}'::uuid, 'article'::text,
+                    '{{\"title\": \"T\", \"body\": \"B\"}}'::jsonb, NULL::uuid, 'ledger-fast-path'::text)"
+        ));
+        let content_id = d["content_id"].as_str().unwrap();
+        json(&format!(
+            "SELECT querylayer_api.create_draft('{run_id}'::uuid, 'article'::text,
+                    '{{\"title\": \"T2\", \"body\": \"B2\"}}'::jsonb, '{content_id}'::uuid)"
+        ));
+        assert_eq!(events(), before, "moving a draft pointer is no state event");
+        // Every record of the run, as verification reads it.
+        let mismatched = Spi::get_one::<i64>(&format!(
+            "SELECT count(*) FROM (
+                 SELECT r.content_sha256, r.prev_sha256, r.record_sha256, r.ledger_form, to_jsonb(r) AS j, 'querylayer.run_artifacts' AS t
+                   FROM querylayer.run_artifacts r WHERE r.run_id = '{run_id}'
+                 UNION ALL
+                 SELECT r.content_sha256, r.prev_sha256, r.record_sha256, r.ledger_form, to_jsonb(r), 'querylayer.content_revisions'
+                   FROM querylayer.content_revisions r WHERE r.content_id = '{content_id}'
+                 UNION ALL
+                 SELECT r.content_sha256, r.prev_sha256, r.record_sha256, r.ledger_form, to_jsonb(r), 'querylayer.runs'
+                   FROM querylayer.runs r WHERE r.id = '{run_id}') x
+               JOIN querylayer.ledger_forms f ON f.table_name = x.t AND f.form = x.ledger_form
+              WHERE x.ledger_form <> (SELECT max(g.form) FROM querylayer.ledger_forms g WHERE g.table_name = x.t)
+                 OR x.content_sha256 <> querylayer.ledger_content(x.j, f.fields)
+                 OR x.record_sha256 <> sha256(x.prev_sha256 || x.content_sha256)"
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(mismatched, 0);
+        assert_eq!(
+            artifact["record_sha256"],
+            Spi::get_one::<String>(
+                "SELECT encode(record_sha256, 'hex') FROM querylayer.run_artifacts WHERE key = 'k1'"
+            )
+            .unwrap()
+            .unwrap()
+            .as_str()
+        );
+        let verified = json(
+            "SELECT querylayer.verify_ledger_site((SELECT id FROM querylayer.sites WHERE slug = 'demo'))",
+        );
+        assert_eq!(verified["ok"], true, "{verified}");
+        // Refusals still list the site's templates.
+        Spi::run(&format!(
+            "DO $t$ BEGIN
+                 PERFORM querylayer_api.create_draft('{run_id}'::uuid, 'nope'::text, '{{}}'::jsonb, NULL::uuid, 'x'::text);
+                 RAISE EXCEPTION 'a draft of an unknown template was accepted' USING ERRCODE = 'XX000';
+             EXCEPTION WHEN SQLSTATE 'QL404' THEN
+                 IF SQLERRM NOT LIKE '%(one of: %article%' THEN
+                     RAISE EXCEPTION 'the refusal does not name the templates: %', SQLERRM USING ERRCODE = 'XX000';
+                 END IF;
+             END $t$"
+        ))
+        .unwrap();
+    }
 }
