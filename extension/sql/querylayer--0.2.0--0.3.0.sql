@@ -12,6 +12,13 @@
 -- scripts/upgrade-script (docs/operations.md, "Schema changes").
 \echo Use "ALTER EXTENSION querylayer UPDATE TO '0.3.0'" to load this file. \quit
 
+-- (a) sql/upgrades/0.3.0/16-resolve-connection.pre.sql
+
+-- Issue 16: a connection's verdict at authentication is one statement in the extension
+-- (RESOLVE_CONNECTION, extension/src/context.rs), no longer a plpgsql function called at every
+-- tool call. The 0.3.0 library never calls the function, so it goes.
+DROP FUNCTION querylayer.resolve_connection(uuid);
+
 -- (b) the functions of a fresh 0.3.0 install
 
 CREATE OR REPLACE FUNCTION querylayer.acting_principal()
@@ -437,10 +444,14 @@ CREATE OR REPLACE FUNCTION querylayer.chain_append()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_form    querylayer.ledger_forms;
+    v_form    smallint;
+    v_fields  text[];
+    v_row     jsonb;
     v_content bytea;
 BEGIN
-    IF querylayer.restoring() THEN
+    -- (restoring() is false unless session_replication_role is replica: tested here first, as
+    -- this runs for every chained insert.)
+    IF pg_catalog.current_setting('session_replication_role') = 'replica' AND querylayer.restoring() THEN
         -- A restored record keeps the chain it was dumped with; verify_ledger proves it.
         IF NEW.chain_seq IS NULL OR NEW.prev_sha256 IS NULL OR NEW.content_sha256 IS NULL
            OR NEW.record_sha256 IS NULL OR NEW.ledger_form IS NULL
@@ -450,9 +461,19 @@ BEGIN
         END IF;
         RETURN NEW;
     END IF;
-    v_form := querylayer.newest_ledger_form(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));
-    NEW.ledger_form := v_form.form;
-    v_content := querylayer.ledger_content(to_jsonb(NEW), v_form.fields);
+    -- The newest form (querylayer.newest_ledger_form) and the content hash
+    -- (querylayer.ledger_content), inline: one statement each instead of two function calls.
+    SELECT f.form, f.fields INTO v_form, v_fields
+      FROM querylayer.ledger_forms f WHERE f.table_name = format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME)
+     ORDER BY f.form DESC LIMIT 1;
+    IF NOT FOUND THEN
+        PERFORM querylayer.newest_ledger_form(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));  -- raises QL422
+    END IF;
+    NEW.ledger_form := v_form;
+    v_row := to_jsonb(NEW);
+    v_content := pg_catalog.sha256(pg_catalog.convert_to(
+        (v_row - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(v_row) AS k WHERE NOT (k = ANY (v_fields))))::text,
+        'UTF8'));
     PERFORM querylayer.lock_ledger_head(NEW.site_id);
     UPDATE querylayer.ledger_heads h
        SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || v_content)
@@ -578,44 +599,42 @@ CREATE OR REPLACE FUNCTION querylayer.check_draft_fields(p_template querylayer.t
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_missing  text[];
-    v_unknown  text[];
-    v_problems text[] := '{}';
-    v_field    jsonb;
-    v          jsonb;
+    v_problems text[];
 BEGIN
     IF p_fields IS NULL OR jsonb_typeof(p_fields) <> 'object' THEN
         RAISE EXCEPTION 'fields must be a JSON object keyed by the template''s field names' USING ERRCODE = '22023';
     END IF;
-    SELECT array_agg(f->>'name' ORDER BY f->>'name') INTO v_missing
-      FROM jsonb_array_elements(p_template.fields) f
-     WHERE (f->>'required')::boolean
-       AND (NOT p_fields ? (f->>'name') OR p_fields->(f->>'name') = 'null'::jsonb
-            OR p_fields->(f->>'name') = '""'::jsonb OR p_fields->(f->>'name') = '[]'::jsonb);
-    SELECT array_agg(k ORDER BY k) INTO v_unknown
-      FROM jsonb_object_keys(p_fields) k
-     WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_template.fields) f WHERE f->>'name' = k);
-    IF v_missing IS NOT NULL THEN
-        v_problems := v_problems || ('missing required fields: ' || array_to_string(v_missing, ', '));
-    END IF;
-    IF v_unknown IS NOT NULL THEN
-        v_problems := v_problems || ('unknown fields: ' || array_to_string(v_unknown, ', '));
-    END IF;
-    FOR v_field IN SELECT * FROM jsonb_array_elements(p_template.fields) LOOP
-        v := p_fields->(v_field->>'name');
-        CONTINUE WHEN v IS NULL OR v = 'null'::jsonb;
-        IF v_field->>'type' IN ('text', 'markdown', 'url') AND jsonb_typeof(v) <> 'string' THEN
-            v_problems := v_problems || format('%s must be a string', v_field->>'name');
-        ELSIF v_field->>'type' = 'url' AND (v#>>'{}') !~ '^https?://[^[:space:]]+$' THEN
-            v_problems := v_problems || format('%s must be an http(s) URL', v_field->>'name');
-        ELSIF v_field->>'type' = 'list' AND (jsonb_typeof(v) <> 'array'
-              OR EXISTS (SELECT 1 FROM jsonb_array_elements(v) e WHERE jsonb_typeof(e) <> 'string')) THEN
-            v_problems := v_problems || format('%s must be a list of strings', v_field->>'name');
-        ELSIF v_field ? 'max_length' AND jsonb_typeof(v) = 'string'
-              AND length(v#>>'{}') > (v_field->>'max_length')::integer THEN
-            v_problems := v_problems || format('%s is longer than %s characters', v_field->>'name', v_field->>'max_length');
-        END IF;
-    END LOOP;
+    -- Every problem, in one statement: the missing required fields, the unknown fields, then each
+    -- declared field's first problem (type, URL, list, length), in the template's order.
+    SELECT array_remove(ARRAY[
+               (SELECT 'missing required fields: ' || string_agg(f->>'name', ', ' ORDER BY f->>'name')
+                  FROM jsonb_array_elements(p_template.fields) f
+                 WHERE (f->>'required')::boolean
+                   AND (NOT p_fields ? (f->>'name')
+                        OR p_fields->(f->>'name') IN ('null'::jsonb, '""'::jsonb, '[]'::jsonb))),
+               (SELECT 'unknown fields: ' || string_agg(k, ', ' ORDER BY k)
+                  FROM jsonb_object_keys(p_fields) k
+                 WHERE NOT EXISTS (SELECT 1 FROM jsonb_array_elements(p_template.fields) f WHERE f->>'name' = k))
+           ], NULL)
+           || coalesce((
+               SELECT array_agg(x.problem ORDER BY x.o)
+                 FROM (SELECT e.o, CASE
+                           WHEN e.f->>'type' IN ('text', 'markdown', 'url') AND jsonb_typeof(e.v) <> 'string' THEN
+                               format('%s must be a string', e.f->>'name')
+                           WHEN e.f->>'type' = 'url' AND (e.v#>>'{}') !~ '^https?://[^[:space:]]+$' THEN
+                               format('%s must be an http(s) URL', e.f->>'name')
+                           WHEN e.f->>'type' = 'list' AND (jsonb_typeof(e.v) <> 'array'
+                                 OR EXISTS (SELECT 1 FROM jsonb_array_elements(e.v) el WHERE jsonb_typeof(el) <> 'string')) THEN
+                               format('%s must be a list of strings', e.f->>'name')
+                           WHEN e.f ? 'max_length' AND jsonb_typeof(e.v) = 'string'
+                                AND length(e.v#>>'{}') > (e.f->>'max_length')::integer THEN
+                               format('%s is longer than %s characters', e.f->>'name', e.f->>'max_length')
+                       END AS problem
+                         FROM (SELECT d.f, d.o, p_fields->(d.f->>'name') AS v
+                                 FROM jsonb_array_elements(p_template.fields) WITH ORDINALITY AS d(f, o)) e
+                        WHERE e.v IS NOT NULL AND e.v <> 'null'::jsonb) x
+                WHERE x.problem IS NOT NULL), '{}')
+      INTO v_problems;
     IF cardinality(v_problems) > 0 THEN
         RAISE EXCEPTION 'the draft does not satisfy template % (version %): %', p_template.name, p_template.version,
             array_to_string(v_problems, '; ')
@@ -2697,7 +2716,8 @@ DECLARE
     v_saved   text;
     v_timeout integer;
 BEGIN
-    IF pg_catalog.current_setting('querylayer.ledger_head_held', true) = p_site::text THEN
+    PERFORM 1 FROM querylayer.ledger_heads WHERE site_id = p_site FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
         RETURN;
     END IF;
     v_saved := pg_catalog.current_setting('lock_timeout');
@@ -2712,7 +2732,6 @@ BEGIN
                   HINT = 'retry the call shortly (with the same idempotency key); an operator finds the holder in pg_locks on querylayer.ledger_heads';
     END;
     PERFORM pg_catalog.set_config('lock_timeout', v_saved, true);
-    PERFORM pg_catalog.set_config('querylayer.ledger_head_held', p_site::text, true);
 END
 $function$;
 ALTER FUNCTION querylayer.lock_ledger_head(uuid) OWNER TO querylayer_owner;
@@ -3016,8 +3035,16 @@ CREATE OR REPLACE FUNCTION querylayer.newest_template(p_site_id uuid, p_name tex
 AS $function$
 DECLARE
     v       querylayer.templates;
-    v_names text[] := querylayer.template_names(p_site_id);
+    v_names text[];
 BEGIN
+    IF p_name IS NOT NULL THEN
+        SELECT * INTO v FROM querylayer.templates WHERE site_id = p_site_id AND name = p_name ORDER BY version DESC LIMIT 1;
+        IF FOUND THEN
+            RETURN v;
+        END IF;
+    END IF;
+    -- Refusals name the templates that exist (read only on this path).
+    v_names := querylayer.template_names(p_site_id);
     IF cardinality(v_names) = 0 THEN
         RAISE EXCEPTION 'template: this site has no templates yet, so no draft can be written'
             USING ERRCODE = 'QL422',
@@ -3027,13 +3054,9 @@ BEGIN
         RAISE EXCEPTION 'template is required for a new item (one of: %)', array_to_string(v_names, ', ')
             USING ERRCODE = '22023', HINT = 'querylayer_list_templates shows each template''s fields';
     END IF;
-    SELECT * INTO v FROM querylayer.templates WHERE site_id = p_site_id AND name = p_name ORDER BY version DESC LIMIT 1;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'template: no template named % on this site (one of: %)', quote_literal(p_name),
-            array_to_string(v_names, ', ') USING ERRCODE = 'QL404',
-            HINT = 'querylayer_list_templates shows each template''s fields';
-    END IF;
-    RETURN v;
+    RAISE EXCEPTION 'template: no template named % on this site (one of: %)', quote_literal(p_name),
+        array_to_string(v_names, ', ') USING ERRCODE = 'QL404',
+        HINT = 'querylayer_list_templates shows each template''s fields';
 END
 $function$;
 ALTER FUNCTION querylayer.newest_template(uuid,text) OWNER TO querylayer_owner;
@@ -3646,6 +3669,15 @@ BEGIN
     IF querylayer.restoring() THEN
         RETURN NULL;
     END IF;
+    -- Most updates of a content item move only its draft pointer: its key and governed state
+    -- (querylayer.live_state_key, querylayer.live_state) are unchanged, which the columns
+    -- themselves say without building either row's JSON. No event, as below.
+    IF TG_OP = 'UPDATE' AND TG_TABLE_NAME = 'content_items' THEN
+        IF (NEW.id, NEW.published_revision_id, NEW.published_at, NEW.archived_at)
+           IS NOT DISTINCT FROM (OLD.id, OLD.published_revision_id, OLD.published_at, OLD.archived_at) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     IF TG_OP <> 'INSERT' THEN
         v_old := to_jsonb(OLD);
         v_site := OLD.site_id;
@@ -3780,11 +3812,13 @@ REVOKE ALL ON FUNCTION querylayer.refuse_owner_ddl() FROM PUBLIC, querylayer_adm
 
 CREATE OR REPLACE FUNCTION querylayer.require_connection(p_scope text DEFAULT NULL::text)
  RETURNS void
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT querylayer.require_connection_for(NULL::text, p_scope)
+BEGIN
+    PERFORM querylayer.require_connection_for(NULL::text, p_scope);
+END
 $function$;
 ALTER FUNCTION querylayer.require_connection(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.require_connection(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -3892,53 +3926,6 @@ END
 $function$;
 ALTER FUNCTION querylayer.require_principal(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.require_principal(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.resolve_connection(p_id uuid)
- RETURNS jsonb
- LANGUAGE plpgsql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    r         record;
-    v_revoked timestamptz;
-    v_expires timestamptz;
-BEGIN
-    SELECT c.revoked_at, c.expires_at INTO v_revoked, v_expires FROM querylayer.connections c WHERE c.id = p_id;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'unknown');
-    ELSIF v_revoked IS NOT NULL THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'revoked');
-    ELSIF v_expires <= clock_timestamp() THEN
-        RETURN jsonb_build_object('ok', false, 'reason', 'expired');
-    END IF;
-    SELECT c.*, s.slug AS site_slug, o.slug AS organization_slug, a.handle AS agent_handle,
-           a.kind AS agent_kind, a.profile_id, a.profile_name
-      INTO r
-      FROM querylayer.connections c
-      JOIN querylayer.sites s ON s.id = c.site_id
-      JOIN querylayer.organizations o ON o.id = c.organization_id
-      JOIN querylayer.agents a ON a.id = c.agent_id
-     WHERE c.id = p_id;
-    RETURN jsonb_build_object(
-        'ok', true,
-        'organization_id', r.organization_id, 'organization', r.organization_slug,
-        'site_id', r.site_id, 'site', r.site_slug,
-        'agent_id', r.agent_id, 'agent', r.agent_handle, 'agent_kind', r.agent_kind,
-        'profile_id', r.profile_id, 'profile_name', r.profile_name,
-        'connection_id', r.id, 'connection', r.name,
-        -- Re-checked at every use: a permission removed from the agent removes the scope here.
-        'scopes', to_jsonb(ARRAY(
-            SELECT s FROM unnest(r.scopes) AS s
-             WHERE EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
-                            WHERE p.site_id = r.site_id AND p.agent_id = r.agent_id AND p.scope = s)
-             ORDER BY s)),
-        'harness', r.harness,
-        'expires_at', r.expires_at);
-END
-$function$;
-ALTER FUNCTION querylayer.resolve_connection(uuid) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.resolve_connection(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.resolve_delivery_token(p_id uuid)
  RETURNS jsonb
@@ -5459,6 +5446,31 @@ ALTER FUNCTION querylayer_api.claim_idempotency_key(text,text,bytea) OWNER TO qu
 REVOKE ALL ON FUNCTION querylayer_api.claim_idempotency_key(text,text,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.claim_idempotency_key(text,text,bytea) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.claim_idempotency_key(text,text,bytea) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.close_tool_call(p_opened jsonb, p_value jsonb, p_edge_ms integer DEFAULT 0)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_replayed boolean := p_opened ? 'replay';
+    v_ms       integer;
+BEGIN
+    PERFORM querylayer.require_connection(NULL::text);
+    IF NOT v_replayed AND p_opened->>'idempotency_key' IS NOT NULL THEN
+        PERFORM querylayer_api.store_idempotent_response(p_opened->>'idempotency_key', p_value);
+    END IF;
+    v_ms := greatest(coalesce(p_edge_ms, 0), 0)
+          + floor(extract(epoch FROM clock_timestamp() - (p_opened->>'opened_at')::timestamptz) * 1000)::integer;
+    PERFORM querylayer_api.record_tool_call(p_opened->>'tool', 'ok'::text, v_ms, NULL::text);
+    RETURN jsonb_build_object('value', p_value, 'replayed', v_replayed);
+END
+$function$;
+ALTER FUNCTION querylayer_api.close_tool_call(jsonb,jsonb,integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.close_tool_call(jsonb,jsonb,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.close_tool_call(jsonb,jsonb,integer) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.close_tool_call(jsonb,jsonb,integer) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.complete_answer(p_draft_id uuid, p_text text, p_synthesized_by text)
  RETURNS jsonb
@@ -8367,6 +8379,36 @@ ALTER FUNCTION querylayer_api.make_evidence_jobs_due(text) OWNER TO querylayer_o
 REVOKE ALL ON FUNCTION querylayer_api.make_evidence_jobs_due(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.make_evidence_jobs_due(text) TO querylayer_admin;
 
+CREATE OR REPLACE FUNCTION querylayer_api.open_tool_call(p_fingerprint bytea, p_tool text, p_idempotency_key text DEFAULT NULL::text, p_request_sha256 bytea DEFAULT NULL::bytea)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_opened  jsonb;
+    v_claimed jsonb;
+BEGIN
+    PERFORM querylayer_api.authenticate(p_fingerprint);
+    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+        RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
+    END IF;
+    v_opened := jsonb_build_object('tool', p_tool, 'opened_at', clock_timestamp());
+    IF p_idempotency_key IS NOT NULL THEN
+        v_claimed := querylayer_api.claim_idempotency_key(p_idempotency_key, p_tool, p_request_sha256);
+        v_opened := v_opened || jsonb_build_object('idempotency_key', p_idempotency_key);
+        IF v_claimed IS NOT NULL THEN
+            v_opened := v_opened || jsonb_build_object('replay', v_claimed->'response');
+        END IF;
+    END IF;
+    RETURN v_opened;
+END
+$function$;
+ALTER FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.prepare_answer(p_question text, p_purpose text DEFAULT NULL::text, p_dialect text DEFAULT 'SAIL_SQL'::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -8569,7 +8611,9 @@ BEGIN
             USING ERRCODE = 'QL409', HINT = 'record the new result under another key';
     END IF;
     INSERT INTO querylayer.run_artifacts (site_id, run_id, key, value, affected_objects, agent_id, connection_id, harness)
-    VALUES (v_run.site_id, v_run.id, p_key, p_value, querylayer.check_affected_objects(p_affected_objects),
+    VALUES (v_run.site_id, v_run.id, p_key, p_value,
+            CASE WHEN p_affected_objects = '[]'::jsonb THEN p_affected_objects
+                 ELSE querylayer.check_affected_objects(p_affected_objects) END,
             querylayer.ctx_agent_id(), querylayer.ctx_connection_id(), querylayer.ctx_harness())
     RETURNING * INTO v_art;
     PERFORM querylayer.audit('run.artifact'::text, v_run.id::text, jsonb_build_object('key', p_key));
@@ -8685,6 +8729,28 @@ ALTER FUNCTION querylayer_api.record_failed_member_authentication(bytea,text) OW
 REVOKE ALL ON FUNCTION querylayer_api.record_failed_member_authentication(bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.record_failed_member_authentication(bytea,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.record_failed_member_authentication(bytea,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.record_refused_tool_call(p_fingerprint bytea, p_tool text, p_duration_ms integer, p_error_code text, p_channel text DEFAULT 'mcp'::text)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    BEGIN
+        PERFORM querylayer_api.authenticate(p_fingerprint);
+    EXCEPTION WHEN invalid_authorization_specification THEN
+        PERFORM querylayer_api.record_failed_authentication(p_fingerprint, p_channel);
+        RETURN 'unauthenticated';
+    END;
+    PERFORM querylayer_api.record_tool_call(p_tool, 'error'::text, p_duration_ms, p_error_code);
+    RETURN 'recorded';
+END
+$function$;
+ALTER FUNCTION querylayer_api.record_refused_tool_call(bytea,text,integer,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.record_refused_tool_call(bytea,text,integer,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.record_refused_tool_call(bytea,text,integer,text,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.record_refused_tool_call(bytea,text,integer,text,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcome text, p_duration_ms integer, p_error_code text DEFAULT NULL::text)
  RETURNS void
@@ -10885,4 +10951,6 @@ SELECT querylayer.ensure_ledger_form('querylayer.runs', 2::smallint, '{agent_id,
 SELECT querylayer.ensure_ledger_form('querylayer.semantic_models', 1::smallint, '{connection_id,document,id,imported_at,imported_by,name,site_id,source_sha256,version}');
 
 SELECT querylayer.ensure_ledger_form('querylayer.state_events', 1::smallint, '{actor,cause,decision_id,id,recorded_at,site_id,state,subject,subject_id}');
+
+DROP FUNCTION IF EXISTS querylayer.resolve_connection(uuid);
 
