@@ -437,6 +437,7 @@ impl Db {
     /// store the answer, the audit row). A refusal rolls all of it back and is recorded by
     /// `record_refused_tool_call`. Returns the answer and whether it was stored earlier.
     pub async fn tool_call(&self, tool: &ToolCall, call: &Call) -> Result<(Value, Answered), Error> {
+        use tracing::Instrument;
         let outcome = async {
             let client = self.client().await?;
             let statement = self.prepare(&client.statement_cache, &client, &call.tool_call_sql()).await?;
@@ -447,7 +448,10 @@ impl Db {
                 vec![&fingerprint, &tool.tool, &key, &sha256, &edge_ms];
             params.extend(call.params());
             self.trip();
-            let row = client.query_one(&statement, &params).await?;
+            let row = client
+                .query_one(&statement, &params)
+                .instrument(crate::telemetry::db_span(call.function))
+                .await?;
             closed(row.get(0))
         }
         .await;
