@@ -22,6 +22,9 @@ SECRETS = os.environ["QUERYLAYER_TEST_SECRETS"]
 WORKER_DB_URL = os.environ.get("QUERYLAYER_WORKER_DB_URL", "")
 TEST_DIR = os.environ.get("QUERYLAYER_TEST_DIR", "")
 PG_PORT = os.environ.get("QUERYLAYER_PG_PORT", "")
+# A command that runs psql as the cluster's superuser on the querylayer database, for a cluster this
+# machine cannot reach as `sudo -u postgres` (the container tier execs psql in the database container).
+SUPERUSER_PSQL = os.environ.get("QUERYLAYER_SUPERUSER_PSQL", "")
 
 # The tool registry and the scope catalogue, from the edge itself (`querylayer tools`).
 REGISTRY = json.loads(subprocess.run([BIN, "tools"], capture_output=True, text=True, check=True,
@@ -128,8 +131,9 @@ def operator_sql(sql: str) -> str:
 def superuser_sql(sql: str) -> str:
     """One script as the private cluster's superuser: only for looking past the API (raw rows, a
     simulated out-of-band change), never for what a test proves through the API."""
-    done = subprocess.run(["sudo", "-u", "postgres", "psql", "-h", TEST_DIR, "-p", PG_PORT, "-d", "querylayer",
-                           "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-c", sql],
+    psql = ([SUPERUSER_PSQL] if SUPERUSER_PSQL else
+            ["sudo", "-u", "postgres", "psql", "-h", TEST_DIR, "-p", PG_PORT, "-d", "querylayer"])
+    done = subprocess.run(psql + ["-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-c", sql],
                           capture_output=True, text=True, timeout=60, cwd="/tmp")
     assert done.returncode == 0, f"superuser SQL failed: {done.stderr}"
     return done.stdout.strip()
