@@ -271,7 +271,7 @@ pub enum AdminCommand {
         /// The site's slug; without it, the records of no site.
         #[arg(long)]
         site: Option<String>,
-        /// How many records, newest first.
+        /// How many records, newest first (1 to 500).
         #[arg(long, default_value_t = 50)]
         limit: i32,
     },
@@ -352,7 +352,7 @@ pub enum AdminCommand {
     ListPartitions,
     /// What retention dropped, with the signed summaries and whether each signature verifies.
     ListRetentionDrops {
-        /// How many drops, newest first.
+        /// How many drops, newest first (1 to 500).
         #[arg(long, default_value_t = 50)]
         limit: i32,
     },
@@ -470,7 +470,8 @@ pub enum AdminCommand {
         file: String,
     },
     /// Replace the server's signing key with one you hold (a restore, a key kept in a vault):
-    /// the current key is retired and stays listed. The secret is read from a file, never a flag.
+    /// the current key is retired and stays listed. The secret is read from a file, never a flag;
+    /// it reaches PostgreSQL as a statement parameter, which `log_statement = all` would log.
     SetServerKey {
         /// A file (`-` for stdin) holding the 32-byte Ed25519 secret as 64 hex digits.
         #[arg(long, value_parser = text_file)]

@@ -245,11 +245,12 @@ pub struct PgWitness {
 impl PgWitness {
     pub fn new(url: &str) -> Result<PgWitness, String> {
         let target = crate::pgtls::parse(url).map_err(|e| format!("a witness database URL: {e}"))?;
-        let shown = format!(
-            "the witness database {} on {:?}",
-            target.config.get_dbname().unwrap_or("?"),
-            target.config.get_hosts().first().map(|h| format!("{h:?}")).unwrap_or_default()
-        );
+        let host = match target.config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
+            Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+            None => "?".into(),
+        };
+        let shown = format!("the witness database {} on {host}", target.config.get_dbname().unwrap_or("?"));
         Ok(PgWitness { target, shown })
     }
 
