@@ -280,10 +280,9 @@ async fn mcp_serve_start(args: McpServeArgs) -> Result<(Db, String), String> {
     if let Err(e) = db.authenticate(&fingerprint).await {
         if e.code == Code::Unauthenticated {
             db.record_failed_authentication(&fingerprint, "stdio").await;
-        }
-        if e.code == Code::Unauthenticated {
             return Err(format!("QUERYLAYER_TOKEN: {}", e.message));
         }
+        // Not the secret's fault: say what failed (TLS, authentication, refused, unreachable).
         return Err(e.with_cause());
     }
     Ok((db, secret))
