@@ -336,3 +336,93 @@ BEGIN
                           now() + interval '24 hours'));
 END
 $$;
+
+-- The members of an organization (p_organization), or those holding a role on a site (p_site,
+-- with the role): one page of p_limit, by handle, and the cursor of the next. Never a password,
+-- a token or a session.
+CREATE FUNCTION querylayer_api.list_members(p_organization text DEFAULT NULL, p_site text DEFAULT NULL,
+                                            p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_org   querylayer.organizations;
+    v_site  querylayer.sites;
+    v_after record;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.page_limit(p_limit);
+    IF (p_organization IS NULL) = (p_site IS NULL) THEN
+        RAISE EXCEPTION 'give exactly one of organization or site' USING ERRCODE = '22023';
+    END IF;
+    v_after := querylayer.page_after('members'::text, p_cursor);
+    IF p_site IS NULL THEN
+        v_org := querylayer.organization_by_slug(p_organization);
+        RETURN jsonb_build_object('organization', v_org.slug) || querylayer.page('members'::text, 'members'::text, p_limit, (
+            SELECT jsonb_agg(jsonb_build_object('key', m.handle, 'id', m.id, 'item', jsonb_build_object(
+                       'member_id', m.id, 'handle', m.handle, 'display_name', m.display_name,
+                       'created_at', m.created_at)) ORDER BY m.handle, m.id)
+              FROM (SELECT * FROM querylayer.members x
+                     WHERE x.organization_id = v_org.id
+                       AND (v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id))
+                     ORDER BY x.handle, x.id LIMIT p_limit + 1) m));
+    END IF;
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN jsonb_build_object('site', v_site.slug) || querylayer.page('members'::text, 'members'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', m.handle, 'id', m.id, 'item', jsonb_build_object(
+                   'member_id', m.id, 'handle', m.handle, 'display_name', m.display_name,
+                   'role', m.role, 'granted_at', m.granted_at, 'created_at', m.created_at)) ORDER BY m.handle, m.id)
+          FROM (SELECT x.*, r.role, r.granted_at
+                  FROM querylayer.members x JOIN querylayer.site_members r ON r.member_id = x.id AND r.site_id = v_site.id
+                 WHERE v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id)
+                 ORDER BY x.handle, x.id LIMIT p_limit + 1) m));
+END
+$$;
+
+-- The agents of an organization (p_organization), or those holding a permission on a site
+-- (p_site, with their scopes there and how many of their connections are active): one page of
+-- p_limit, by handle, and the cursor of the next. Never a secret.
+CREATE FUNCTION querylayer_api.list_agents(p_organization text DEFAULT NULL, p_site text DEFAULT NULL,
+                                           p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_org   querylayer.organizations;
+    v_site  querylayer.sites;
+    v_after record;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.page_limit(p_limit);
+    IF (p_organization IS NULL) = (p_site IS NULL) THEN
+        RAISE EXCEPTION 'give exactly one of organization or site' USING ERRCODE = '22023';
+    END IF;
+    v_after := querylayer.page_after('agents'::text, p_cursor);
+    IF p_site IS NULL THEN
+        v_org := querylayer.organization_by_slug(p_organization);
+        RETURN jsonb_build_object('organization', v_org.slug) || querylayer.page('agents'::text, 'agents'::text, p_limit, (
+            SELECT jsonb_agg(jsonb_build_object('key', a.handle, 'id', a.id, 'item', jsonb_build_object(
+                       'agent_id', a.id, 'handle', a.handle, 'kind', a.kind, 'principal', a.principal,
+                       'profile_id', a.profile_id, 'profile_name', a.profile_name,
+                       'created_at', a.created_at)) ORDER BY a.handle, a.id)
+              FROM (SELECT * FROM querylayer.agents x
+                     WHERE x.organization_id = v_org.id
+                       AND (v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id))
+                     ORDER BY x.handle, x.id LIMIT p_limit + 1) a));
+    END IF;
+    v_site := querylayer.site_by_slug(p_site);
+    PERFORM querylayer.enter_operator(v_site.id);
+    RETURN jsonb_build_object('site', v_site.slug) || querylayer.page('agents'::text, 'agents'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', a.handle, 'id', a.id, 'item', jsonb_build_object(
+                   'agent_id', a.id, 'handle', a.handle, 'kind', a.kind, 'principal', a.principal,
+                   'profile_id', a.profile_id, 'profile_name', a.profile_name,
+                   'scopes', to_jsonb(ARRAY(SELECT p.scope FROM querylayer.agent_site_permissions p
+                                             WHERE p.site_id = v_site.id AND p.agent_id = a.id ORDER BY p.scope)),
+                   'active_connections', (SELECT count(*) FROM querylayer.connections c
+                                           WHERE c.site_id = v_site.id AND c.agent_id = a.id AND c.revoked_at IS NULL
+                                             AND c.expires_at > now()),
+                   'created_at', a.created_at)) ORDER BY a.handle, a.id)
+          FROM (SELECT * FROM querylayer.agents x
+                 WHERE x.organization_id = v_site.organization_id
+                   AND EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p WHERE p.site_id = v_site.id AND p.agent_id = x.id)
+                   AND (v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id))
+                 ORDER BY x.handle, x.id LIMIT p_limit + 1) a));
+END
+$$;

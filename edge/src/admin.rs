@@ -114,6 +114,61 @@ pub enum AdminCommand {
         /// A Hermes profile's current name.
         #[arg(long)]
         profile_name: Option<String>,
+        /// The subject this agent is in rights documents (RBAC grants, ODRL assignees), a DID
+        /// say (defaults to the handle).
+        #[arg(long)]
+        principal: Option<String>,
+    },
+    /// Rename a Hermes profile: its route changes, the agent (and all bound to it) does not.
+    RenameAgentProfile {
+        /// The profile's immutable id.
+        #[arg(long)]
+        profile_id: String,
+        /// Its new name (1 to 200 characters).
+        #[arg(long)]
+        new_name: String,
+    },
+    /// Find the agent a Hermes profile routes to, by its id or by its name (a name must be
+    /// carried by exactly one agent; nothing resolves to a similar name).
+    ResolveAgentProfile {
+        /// The profile's immutable id.
+        #[arg(long, required_unless_present = "profile_name", conflicts_with = "profile_name")]
+        profile_id: Option<String>,
+        /// The profile's current name.
+        #[arg(long)]
+        profile_name: Option<String>,
+    },
+    /// List the members of an organization, or those holding a role on a site (with the role).
+    /// Never a password, token or session.
+    ListMembers {
+        /// The organization's slug.
+        #[arg(long, required_unless_present = "site", conflicts_with = "site")]
+        organization: Option<String>,
+        /// The site's slug: only the members with a role on it.
+        #[arg(long)]
+        site: Option<String>,
+        /// How many, by handle (1 to 500).
+        #[arg(long, default_value_t = 100)]
+        limit: i32,
+        /// The next page: the `next_cursor` the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// List the agents of an organization, or those holding a permission on a site (with their
+    /// scopes there and their active connections). Never a secret.
+    ListAgents {
+        /// The organization's slug.
+        #[arg(long, required_unless_present = "site", conflicts_with = "site")]
+        organization: Option<String>,
+        /// The site's slug: only the agents with a permission on it.
+        #[arg(long)]
+        site: Option<String>,
+        /// How many, by handle (1 to 500).
+        #[arg(long, default_value_t = 100)]
+        limit: i32,
+        /// The next page: the `next_cursor` the previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// Grant an agent permissions (scopes) on a site.
     GrantScopes {
@@ -216,7 +271,7 @@ pub enum AdminCommand {
         /// The site's slug; without it, the records of no site.
         #[arg(long)]
         site: Option<String>,
-        /// How many records, newest first.
+        /// How many records, newest first (1 to 500).
         #[arg(long, default_value_t = 50)]
         limit: i32,
     },
@@ -297,7 +352,7 @@ pub enum AdminCommand {
     ListPartitions,
     /// What retention dropped, with the signed summaries and whether each signature verifies.
     ListRetentionDrops {
-        /// How many drops, newest first.
+        /// How many drops, newest first (1 to 500).
         #[arg(long, default_value_t = 50)]
         limit: i32,
     },
@@ -395,6 +450,112 @@ pub enum AdminCommand {
     /// The sites of this server, with the number of records in each one's history and its last
     /// signed checkpoint.
     ListSites,
+    /// The newest envelope receipts (every `/v1` decision, allowed or denied, with its checks) of
+    /// a site, or without --site those of no site.
+    ListEnvelopeReceipts {
+        /// The site's slug; without it, the receipts of no site (envelopes that named none).
+        #[arg(long)]
+        site: Option<String>,
+        /// How many receipts, newest first (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: i32,
+    },
+    /// Import an OSI semantic model for a site as its next version (docs/semantics.md).
+    ImportSemanticModel {
+        /// The site's slug.
+        #[arg(long)]
+        site: String,
+        /// The model's file (`-` for stdin), JSON or YAML.
+        #[arg(long, value_parser = text_file)]
+        file: String,
+    },
+    /// Replace the server's signing key with one you hold (a restore, a key kept in a vault):
+    /// the current key is retired and stays listed. The secret is read from a file, never a flag;
+    /// it reaches PostgreSQL as a statement parameter, which `log_statement = all` would log.
+    SetServerKey {
+        /// A file (`-` for stdin) holding the 32-byte Ed25519 secret as 64 hex digits.
+        #[arg(long, value_parser = text_file)]
+        secret_file: String,
+    },
+    /// Check that a site's live pointers and topical map equal the replay of its state events.
+    VerifyLiveState {
+        /// The site's slug.
+        #[arg(long)]
+        site: String,
+    },
+    /// The size limit of every column that takes text from outside (a longer value is refused,
+    /// QL413).
+    ListValueLimits,
+}
+
+/// Every operator function docs/api.md names, and the command that calls it: the one map, checked
+/// both ways. The unit test `every_admin_command_calls_the_function_the_map_names` parses each
+/// `admin` command and compares the function it calls; tier 3 (`tests/db/admin_cli.rs`, through
+/// the hidden `querylayer operator-commands`) reads from the catalog every `querylayer_api`
+/// function `querylayer_admin` may execute that docs/api.md lists for operators, and requires it
+/// here (or in `WITHOUT_COMMAND`), with its command in `querylayer admin --help` (or `ledger`).
+pub const OPERATOR_COMMANDS: &[(&str, &str)] = &[
+    ("create_organization", "admin create-organization"),
+    ("create_site", "admin create-site"),
+    ("create_member", "admin create-member"),
+    ("set_member_role", "admin set-member-role"),
+    ("list_members", "admin list-members"),
+    ("create_agent", "admin create-agent"),
+    ("rename_agent_profile", "admin rename-agent-profile"),
+    ("resolve_agent_profile", "admin resolve-agent-profile"),
+    ("list_agents", "admin list-agents"),
+    ("grant_agent_scopes", "admin grant-scopes"),
+    ("revoke_agent_scopes", "admin revoke-scopes"),
+    ("create_connection", "admin create-connection"),
+    ("create_did_challenge", "admin create-did-challenge"),
+    ("revoke_connection", "admin revoke-connection"),
+    ("list_connections", "admin list-connections"),
+    ("create_member_token", "admin create-member-token"),
+    ("revoke_member_token", "admin revoke-member-token"),
+    ("invite_member", "admin invite-member"),
+    ("revoke_member_session", "admin revoke-member-session"),
+    ("create_delivery_token", "admin create-delivery-token"),
+    ("revoke_delivery_token", "admin revoke-delivery-token"),
+    ("set_delivery_public", "admin set-delivery-public"),
+    ("create_template", "admin create-template"),
+    ("verify_ledger", "admin verify-ledger"),
+    ("verify_live_state", "admin verify-live-state"),
+    ("list_audit", "admin list-audit"),
+    ("list_envelope_receipts", "admin list-envelope-receipts"),
+    ("set_setting", "admin set-setting"),
+    ("get_settings", "admin get-settings"),
+    ("seed_demo", "admin seed-demo"),
+    ("import_topical_strategy", "admin import-strategy"),
+    ("add_topic", "admin add-topic"),
+    ("report_form_screening", "admin report-form-screening"),
+    ("purge_form_screening", "admin purge-form-screening"),
+    ("make_evidence_jobs_due", "admin make-evidence-due"),
+    ("cancel_run", "admin cancel-run"),
+    ("apply_retention", "admin apply-retention"),
+    ("list_time_partitions", "admin list-partitions"),
+    ("list_retention_drops", "admin list-retention-drops"),
+    ("value_limits", "admin list-value-limits"),
+    ("import_rights", "admin import-rights"),
+    ("import_semantic_model_as_operator", "admin import-semantic-model"),
+    ("rotate_server_key", "admin rotate-server-key"),
+    ("set_server_key", "admin set-server-key"),
+    ("ledger_sites", "admin list-sites"),
+    ("create_checkpoints", "ledger checkpoint"),
+    ("ledger_checkpoints", "ledger checkpoint"),
+    ("ledger_leaves", "ledger prove"),
+    ("ledger_record", "ledger prove"),
+    ("ledger_records", "ledger export"),
+];
+
+/// Operator functions of docs/api.md deliberately without a command, and why (none today).
+pub const WITHOUT_COMMAND: &[(&str, &str)] = &[];
+
+/// `OPERATOR_COMMANDS` and `WITHOUT_COMMAND` as JSON (the hidden `querylayer operator-commands`).
+pub fn operator_commands_json() -> Value {
+    serde_json::json!({
+        "commands": OPERATOR_COMMANDS.iter().map(|(f, c)| serde_json::json!({"function": f, "command": c})).collect::<Vec<_>>(),
+        "without_command": WITHOUT_COMMAND.iter().map(|(f, why)| serde_json::json!({"function": f, "reason": why})).collect::<Vec<_>>(),
+    })
 }
 
 /// Reads a file, or stdin for `-`.
@@ -447,14 +608,33 @@ impl AdminCommand {
             AdminCommand::RevokeMemberToken { id, reason } => {
                 Call::new("revoke_member_token").arg("p_token_id", id).opt("p_reason", reason)
             }
-            AdminCommand::CreateAgent { organization, handle, kind, profile_id, profile_name } => {
+            AdminCommand::CreateAgent { organization, handle, kind, profile_id, profile_name, principal } => {
                 Call::new("create_agent")
                     .arg("p_organization", organization)
                     .arg("p_handle", handle)
                     .opt("p_kind", kind)
                     .opt("p_profile_id", profile_id)
                     .opt("p_profile_name", profile_name)
+                    .opt("p_principal", principal)
             }
+            AdminCommand::RenameAgentProfile { profile_id, new_name } => {
+                Call::new("rename_agent_profile").arg("p_profile_id", profile_id).arg("p_new_name", new_name)
+            }
+            AdminCommand::ResolveAgentProfile { profile_id, profile_name } => {
+                Call::new("resolve_agent_profile")
+                    .opt("p_profile_id", profile_id)
+                    .opt("p_profile_name", profile_name)
+            }
+            AdminCommand::ListMembers { organization, site, limit, cursor } => Call::new("list_members")
+                .opt("p_organization", organization)
+                .opt("p_site", site)
+                .arg("p_limit", limit)
+                .opt("p_cursor", cursor),
+            AdminCommand::ListAgents { organization, site, limit, cursor } => Call::new("list_agents")
+                .opt("p_organization", organization)
+                .opt("p_site", site)
+                .arg("p_limit", limit)
+                .opt("p_cursor", cursor),
             AdminCommand::GrantScopes { site, agent, scopes } => Call::new("grant_agent_scopes")
                 .arg("p_site", site)
                 .arg("p_agent", agent)
@@ -559,6 +739,17 @@ impl AdminCommand {
             AdminCommand::GetSettings => Call::new("get_settings"),
             AdminCommand::RotateServerKey => Call::new("rotate_server_key"),
             AdminCommand::ListSites => Call::new("ledger_sites"),
+            AdminCommand::ListEnvelopeReceipts { site, limit } => {
+                Call::rows("list_envelope_receipts").arg("p_site", site).arg("p_limit", limit)
+            }
+            AdminCommand::ImportSemanticModel { site, file } => {
+                Call::new("import_semantic_model_as_operator").arg("p_site", site).arg("p_document", file)
+            }
+            AdminCommand::SetServerKey { secret_file } => {
+                Call::new("set_server_key").arg("p_secret_hex", secret_file.trim().to_string())
+            }
+            AdminCommand::VerifyLiveState { site } => Call::new("verify_live_state").arg("p_site", site),
+            AdminCommand::ListValueLimits => Call::rows("value_limits"),
         }
     }
 }
@@ -626,7 +817,8 @@ pub async fn run(args: AdminArgs) -> i32 {
             0
         }
         Err(e) => {
-            report_error(args.json, e.code.as_str(), &e.message, e.hint.as_deref(), true);
+            // A connection that could not be made says why: TLS, authentication, refused, unreachable.
+            report_error(args.json, e.code.as_str(), &e.with_cause(), e.hint.as_deref(), true);
             1
         }
     }
@@ -681,7 +873,7 @@ async fn prove_binding(db: &Db, command: AdminCommand) -> Result<AdminCommand, S
                         .arg("p_did", signer.did_key()),
                 )
                 .await
-                .map_err(|e| format!("{} ({})", e.message, e.code))?;
+                .map_err(|e| format!("{} ({})", e.with_cause(), e.code))?;
             let challenge = challenge["challenge"].as_str().ok_or("the challenge has no challenge")?;
             let proof = querylayer_envelope::binding_proof(&signer, &site, challenge);
             (Some(signer.did_key()), Some(proof.to_string()))
@@ -712,6 +904,9 @@ enum CommandKind {
     Demo,
     Rows,
     Sites,
+    Members,
+    Agents,
+    Limits,
     Other,
 }
 
@@ -724,8 +919,13 @@ impl CommandKind {
             AdminCommand::ListConnections { .. } => CommandKind::List,
             AdminCommand::ListAudit { .. } => CommandKind::Audit,
             AdminCommand::SeedDemo => CommandKind::Demo,
-            AdminCommand::ListPartitions | AdminCommand::ListRetentionDrops { .. } => CommandKind::Rows,
+            AdminCommand::ListPartitions
+            | AdminCommand::ListRetentionDrops { .. }
+            | AdminCommand::ListEnvelopeReceipts { .. } => CommandKind::Rows,
             AdminCommand::ListSites => CommandKind::Sites,
+            AdminCommand::ListMembers { .. } => CommandKind::Members,
+            AdminCommand::ListAgents { .. } => CommandKind::Agents,
+            AdminCommand::ListValueLimits => CommandKind::Limits,
             _ => CommandKind::Other,
         }
     }
@@ -825,7 +1025,53 @@ fn print_text(kind: CommandKind, value: &Value) {
                 );
             }
         }
+        CommandKind::Members => {
+            println!("{:<24}  {:<8}  {:<36}  display name", "handle", "role", "id");
+            for r in value["members"].as_array().cloned().unwrap_or_default() {
+                println!(
+                    "{:<24}  {:<8}  {:<36}  {}",
+                    text(&r["handle"]),
+                    text(&r["role"]),
+                    text(&r["member_id"]),
+                    text(&r["display_name"])
+                );
+            }
+            print_next_page(value);
+        }
+        CommandKind::Agents => {
+            println!("{:<24}  {:<8}  {:<36}  {:>6}  scopes", "handle", "kind", "id", "active");
+            for r in value["agents"].as_array().cloned().unwrap_or_default() {
+                println!(
+                    "{:<24}  {:<8}  {:<36}  {:>6}  {}",
+                    text(&r["handle"]),
+                    text(&r["kind"]),
+                    text(&r["agent_id"]),
+                    text(&r["active_connections"]),
+                    text(&r["scopes"])
+                );
+            }
+            print_next_page(value);
+        }
+        CommandKind::Limits => {
+            println!("{:<32}  {:<24}  {:>10}  argument", "table", "column", "max bytes");
+            for r in value.as_array().cloned().unwrap_or_default() {
+                println!(
+                    "{:<32}  {:<24}  {:>10}  {}",
+                    text(&r["table_name"]),
+                    text(&r["column_name"]),
+                    text(&r["max_bytes"]),
+                    text(&r["argument"])
+                );
+            }
+        }
         CommandKind::Other => print_fields(value, ""),
+    }
+}
+
+/// After a page: how to ask for the next one, when there is one.
+fn print_next_page(value: &Value) {
+    if let Some(cursor) = value["next_cursor"].as_str() {
+        println!("\nmore: add --cursor {cursor}");
     }
 }
 
@@ -833,7 +1079,7 @@ fn print_text(kind: CommandKind, value: &Value) {
 mod tests {
     use clap::{Args, Command};
 
-    use super::AdminArgs;
+    use super::{AdminArgs, OPERATOR_COMMANDS};
 
     /// Every flag of every `querylayer admin` command says what it is.
     #[test]
@@ -857,5 +1103,62 @@ mod tests {
         }
         assert!(missing.is_empty(), "without help: {missing:?}");
         assert!(admin.get_subcommands().count() >= 36);
+    }
+
+    /// Every `admin` command calls the function the map names for it, and every command is in
+    /// the map; every `ledger` entry names a function its module calls.
+    #[test]
+    fn every_admin_command_calls_the_function_the_map_names() {
+        let file = std::env::temp_dir().join(format!("querylayer-admin-map-{}.json", std::process::id()));
+        std::fs::write(&file, "[]").unwrap();
+        let admin = AdminArgs::augment_args(Command::new("admin"));
+        let mut wrong = Vec::new();
+        for command in admin.get_subcommands() {
+            let name = command.get_name();
+            // Every required flag gets a value of its kind; the call is built, never sent.
+            let mut argv = vec!["admin".to_string(), name.to_string()];
+            for arg in command.get_arguments().filter(|a| a.is_required_set()) {
+                let id = arg.get_id().as_str();
+                argv.push(format!("--{}", arg.get_long().unwrap_or(id)));
+                argv.push(match id {
+                    "id" | "run" => uuid::Uuid::nil().to_string(),
+                    "file" | "fields" | "secret_file" => file.display().to_string(),
+                    "public" => "true".into(),
+                    _ => "x".into(),
+                });
+            }
+            for (flag, other) in [("profile-id", "profile-name"), ("organization", "site")] {
+                if command.get_arguments().any(|a| a.get_long() == Some(flag))
+                    && command.get_arguments().any(|a| a.get_long() == Some(other))
+                    && !argv.iter().any(|a| a == &format!("--{flag}"))
+                {
+                    argv.extend([format!("--{flag}"), "x".into()]);
+                }
+            }
+            let parsed = AdminArgs::augment_args(Command::new("admin"))
+                .no_binary_name(true)
+                .try_get_matches_from(&argv[1..])
+                .and_then(|m| <AdminArgs as clap::FromArgMatches>::from_arg_matches(&m));
+            let called = match parsed {
+                Ok(args) => args.command.call().function(),
+                Err(e) => panic!("admin {name}: {e}"),
+            };
+            let mapped: Vec<_> = OPERATOR_COMMANDS
+                .iter()
+                .filter(|(_, c)| *c == format!("admin {name}"))
+                .map(|(f, _)| *f)
+                .collect();
+            if mapped != [called] {
+                wrong.push(format!("admin {name} calls {called}, the map says {mapped:?}"));
+            }
+        }
+        std::fs::remove_file(&file).unwrap();
+        let ledger = include_str!("ledger/operator.rs");
+        for (function, command) in OPERATOR_COMMANDS.iter().filter(|(_, c)| c.starts_with("ledger ")) {
+            if !ledger.contains(&format!("querylayer_api.{function}(")) {
+                wrong.push(format!("{command}: edge/src/ledger/operator.rs never calls {function}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 }

@@ -25,7 +25,8 @@ pub struct AgentCardArgs {
 /// Prints the agent card the edge serves at `/.well-known/agent-card.json`.
 pub async fn agent_card(args: AgentCardArgs) -> Result<(), String> {
     let db = Db::connect(&args.database_url, 1, std::time::Duration::from_secs(10))?;
-    let keys = db.server_keys().await.map_err(|e| format!("cannot read the server key: {}", e.message))?;
+    let keys =
+        db.server_keys().await.map_err(|e| format!("cannot read the server key: {}", e.with_cause()))?;
     let card = crate::card::agent_card(
         args.public_url.trim_end_matches('/'),
         keys["current"].as_str(),

@@ -314,6 +314,18 @@ impl Error {
         self.retry_after_secs
     }
 
+    /// The message with its cause, for an operator's terminal or log (`querylayer admin`,
+    /// `worker`, `mcp-serve`): an `unavailable` error then says what failed (TLS, TLS required,
+    /// authentication, refused, unreachable: `pgtls::describe`), which a client's message never does.
+    pub fn with_cause(&self) -> String {
+        match (self.code, &self.detail) {
+            (Code::Unavailable, Some(detail)) => {
+                format!("the database is unavailable: {}", detail.trim_start_matches("database connection: "))
+            }
+            _ => self.message.clone(),
+        }
+    }
+
     pub fn unavailable(detail: impl Into<String>) -> Self {
         let mut e = Error::new(
             StatusCode::SERVICE_UNAVAILABLE,

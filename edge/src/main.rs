@@ -63,6 +63,10 @@ enum Command {
     /// Print the tool registry and the scope catalogue as JSON (read by the test tiers).
     #[command(hide = true)]
     Tools,
+    /// Print which command reaches each operator function of docs/api.md, as JSON (read by the
+    /// test tiers).
+    #[command(hide = true)]
+    OperatorCommands,
     /// Print a shell completion script: `querylayer completion bash > /etc/bash_completion.d/querylayer`,
     /// `querylayer completion zsh > "${fpath[1]}/_querylayer"`,
     /// `querylayer completion fish > ~/.config/fish/completions/querylayer.fish`.
@@ -81,6 +85,7 @@ struct McpServeArgs {
 }
 
 fn main() -> ExitCode {
+    quiet_on_broken_pipe();
     // The configuration file sits under the flags and the environment (config.rs).
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Err(e) = config::apply_config_file(&Cli::command(), &argv) {
@@ -132,6 +137,10 @@ fn main() -> ExitCode {
                 println!("{}", serde_json::to_string_pretty(&mcp::registry::to_json()).expect("JSON"));
                 0
             }
+            Command::OperatorCommands => {
+                println!("{}", serde_json::to_string_pretty(&admin::operator_commands_json()).expect("JSON"));
+                0
+            }
             Command::Completion { shell } => {
                 clap_complete::generate(shell, &mut Cli::command(), "querylayer", &mut std::io::stdout());
                 0
@@ -171,6 +180,27 @@ fn main() -> ExitCode {
         }
     });
     ExitCode::from(code as u8)
+}
+
+/// Output cut short by its reader (`querylayer completion bash | head -1`, `… | less` quit early)
+/// ends the command quietly, with status 0, as for any filter: Rust ignores SIGPIPE, so a write
+/// to a closed pipe fails, and `print!` (or a completion generator) panics on it. Any other panic
+/// is reported as before.
+fn quiet_on_broken_pipe() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        let writing = message.starts_with("failed printing to std") || message.starts_with("failed to write");
+        if writing && (message.contains("Broken pipe") || message.contains("BrokenPipe")) {
+            std::process::exit(0);
+        }
+        report(info);
+    }));
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
@@ -250,8 +280,10 @@ async fn mcp_serve_start(args: McpServeArgs) -> Result<(Db, String), String> {
     if let Err(e) = db.authenticate(&fingerprint).await {
         if e.code == Code::Unauthenticated {
             db.record_failed_authentication(&fingerprint, "stdio").await;
+            return Err(format!("QUERYLAYER_TOKEN: {}", e.message));
         }
-        return Err(format!("QUERYLAYER_TOKEN: {}", e.message));
+        // Not the secret's fault: say what failed (TLS, authentication, refused, unreachable).
+        return Err(e.with_cause());
     }
     Ok((db, secret))
 }

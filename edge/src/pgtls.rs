@@ -102,6 +102,16 @@ pub fn parse(url: &str) -> Result<PgConnect, String> {
     Ok(PgConnect { config, tls: MakeTls::new(client), mode, root_cert })
 }
 
+/// One connection outside the pool (`querylayer ledger`, the PostgreSQL witnesses), with the
+/// TLS the string asks for; an error says what failed (`describe`).
+pub async fn connect(target: &PgConnect) -> Result<tokio_postgres::Client, String> {
+    let (client, connection) = target.config.connect(target.tls.clone()).await.map_err(|e| describe(&e))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }

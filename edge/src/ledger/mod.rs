@@ -9,11 +9,10 @@ pub mod verify;
 pub mod witness;
 
 use std::io::Write;
-use std::str::FromStr;
 
 use clap::{Args, Subcommand};
 use querylayer_ledger::{InclusionProof, TrustedKeys};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use witness::{AnyWitness, Witness};
 
@@ -101,16 +100,13 @@ pub enum LedgerCommand {
     },
 }
 
+/// A connection for `querylayer ledger`, with TLS as the string says (`pgtls`).
 pub async fn connect(url: &str) -> Result<Client, String> {
-    let mut config = tokio_postgres::Config::from_str(url).map_err(|e| format!("DATABASE_URL: {e}"))?;
-    if config.get_application_name().is_none() {
-        config.application_name("querylayer-ledger");
+    let mut target = crate::pgtls::parse(url)?;
+    if target.config.get_application_name().is_none() {
+        target.config.application_name("querylayer-ledger");
     }
-    let (client, connection) = config.connect(NoTls).await.map_err(|e| format!("cannot connect: {e}"))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(client)
+    crate::pgtls::connect(&target).await.map_err(|e| format!("cannot connect: {e}"))
 }
 
 fn open_all(specs: &[String]) -> Result<Vec<AnyWitness>, String> {

@@ -8,10 +8,8 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use querylayer_ledger::{Checkpoint, Hash};
-use tokio_postgres::NoTls;
 
 /// One checkpoint and the leaf hashes of the records after the site's previous checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -237,30 +235,27 @@ ALTER TABLE querylayer_witness.checkpoints ENABLE ALWAYS TRIGGER append_only_tru
 REVOKE UPDATE, DELETE, TRUNCATE ON querylayer_witness.checkpoints FROM PUBLIC;
 ";
 
+/// A witness in another PostgreSQL database, reached with TLS as its URL's `sslmode` and
+/// `sslrootcert` say (`pgtls`, as every connection of the binary).
 pub struct PgWitness {
-    url: String,
+    target: crate::pgtls::PgConnect,
     shown: String,
 }
 
 impl PgWitness {
     pub fn new(url: &str) -> Result<PgWitness, String> {
-        let config =
-            tokio_postgres::Config::from_str(url).map_err(|e| format!("a witness database URL: {e}"))?;
-        let shown = format!(
-            "the witness database {} on {:?}",
-            config.get_dbname().unwrap_or("?"),
-            config.get_hosts().first().map(|h| format!("{h:?}")).unwrap_or_default()
-        );
-        Ok(PgWitness { url: url.to_string(), shown })
+        let target = crate::pgtls::parse(url).map_err(|e| format!("a witness database URL: {e}"))?;
+        let host = match target.config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
+            Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+            None => "?".into(),
+        };
+        let shown = format!("the witness database {} on {host}", target.config.get_dbname().unwrap_or("?"));
+        Ok(PgWitness { target, shown })
     }
 
     async fn connect(&self) -> Result<tokio_postgres::Client, String> {
-        let (client, connection) =
-            tokio_postgres::connect(&self.url, NoTls).await.map_err(|e| format!("{}: {e}", self.shown))?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(client)
+        crate::pgtls::connect(&self.target).await.map_err(|e| format!("{}: {e}", self.shown))
     }
 
     /// Creates the witness table (run once, by the witness database's owner).

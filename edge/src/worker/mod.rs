@@ -210,7 +210,7 @@ pub async fn run(args: WorkerArgs) -> i32 {
 
 /// Checkpoints every site whose ledger grew and brings every witness up to date.
 async fn checkpoint(db: &Db, witnesses: &[crate::ledger::witness::AnyWitness]) -> Result<(), String> {
-    let client = db.client().await.map_err(|e| e.message)?;
+    let client = db.client().await.map_err(|e| e.with_cause())?;
     let summary = crate::ledger::checkpoint_and_sync(&client, None, witnesses).await?;
     let made =
         summary["checkpoints"].as_array().map_or(0, |c| c.iter().filter(|c| c["created"] == true).count());
@@ -221,7 +221,10 @@ async fn checkpoint(db: &Db, witnesses: &[crate::ledger::witness::AnyWitness]) -
 /// A pass that the database refused or could not serve is an operator's problem: an error line
 /// (with the detail of a 5xx, which `Error::log` keeps out of responses but not out of logs).
 fn failed(what: &str, e: &Error) {
-    if e.status.is_server_error() {
+    if e.code == crate::error::Code::Unavailable {
+        // What failed (TLS, authentication, refused, unreachable), not only "unavailable".
+        tracing::error!(code = e.code.as_str(), "{what} failed: {}", e.with_cause());
+    } else if e.status.is_server_error() {
         e.log(what);
     } else {
         tracing::error!(code = e.code.as_str(), message = %e.message, "{what} failed");
