@@ -150,6 +150,22 @@ BEGIN
 END
 $$;
 
+-- The operator preamble of a function that names its site: enters the operator context (refused
+-- to anyone but querylayer_admin or querylayer_worker), finds the site by its slug (QL404 when
+-- there is none), then enters the operator context for that site. Identity tables stay readable
+-- to the operator in the site's context, so lookups of its agents and members may follow.
+CREATE FUNCTION querylayer.enter_operator_site(p_slug text) RETURNS querylayer.sites
+LANGUAGE plpgsql AS $$
+DECLARE
+    v querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v := querylayer.site_by_slug(p_slug);
+    PERFORM querylayer.enter_operator(v.id);
+    RETURN v;
+END
+$$;
+
 CREATE FUNCTION querylayer.agent_by_handle(p_organization_id uuid, p_handle text) RETURNS querylayer.agents
 LANGUAGE plpgsql STABLE AS $$
 DECLARE

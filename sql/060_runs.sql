@@ -447,8 +447,7 @@ $$;
 CREATE FUNCTION querylayer_api.cancel_run(p_site text, p_run_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    PERFORM querylayer.enter_operator((querylayer.site_by_slug(p_site)).id);
+    PERFORM querylayer.enter_operator_site(p_site);
     RETURN querylayer.close_run(p_run_id, 'cancelled_by_operator'::text,
         jsonb_build_object('kind', 'operator', 'role', querylayer.outer_user()), p_reason);
 END

@@ -734,8 +734,7 @@ DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
+    v_site := querylayer.enter_operator_site(p_site);
     IF NOT EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_site.organization_id AND handle = p_member) THEN
         PERFORM querylayer_api.create_member((SELECT slug FROM querylayer.organizations WHERE id = v_site.organization_id),
                                              p_member, p_display_name);
@@ -743,9 +742,8 @@ BEGIN
     IF p_role IS NOT NULL THEN
         PERFORM querylayer_api.set_member_role(p_site, p_member, p_role);
     END IF;
-    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.enter_operator_site(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
-    PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_invitation(v_site.id, v_member.id, p_expires_at, 'operator:' || querylayer.outer_user());
 END
 $$;
