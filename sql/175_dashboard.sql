@@ -564,32 +564,9 @@ CREATE FUNCTION querylayer_api.console_list_runs(
     p_until timestamptz DEFAULT NULL, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    IF p_outcome IS NOT NULL AND p_outcome NOT IN ('open', 'completed', 'completed_with_warnings', 'needs_human_input',
-                                                    'blocked', 'failed', 'cancelled') THEN
-        RAISE EXCEPTION 'outcome must be open, completed, completed_with_warnings, needs_human_input, blocked, failed or cancelled; got %',
-            quote_literal(p_outcome) USING ERRCODE = '22023';
-    END IF;
-    PERFORM querylayer.page_limit(p_limit, 200);
-    v_after := querylayer.page_after('desk_runs'::text, p_cursor);
-    RETURN querylayer.page('desk_runs'::text, 'runs'::text, p_limit, (
-        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key((r.run).started_at), 'id', (r.run).id,
-                                            'item', querylayer.run_json(r.run) || jsonb_build_object('agent', r.agent))
-                         ORDER BY (r.run).started_at DESC, (r.run).id DESC)
-          FROM (SELECT x AS run, a.handle AS agent
-                  FROM querylayer.runs x JOIN querylayer.agents a ON a.id = x.agent_id
-                  LEFT JOIN querylayer.run_events f ON f.run_id = x.id AND f.kind = 'finished'
-                 WHERE x.site_id = querylayer.ctx_site_id()
-                   AND (p_agent IS NULL OR a.handle = p_agent)
-                   AND (p_since IS NULL OR x.started_at >= p_since)
-                   AND (p_until IS NULL OR x.started_at < p_until)
-                   AND (p_outcome IS NULL OR (p_outcome = 'open' AND f.id IS NULL) OR f.outcome = p_outcome)
-                   AND (v_after.after_id IS NULL
-                        OR (x.started_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
-                 ORDER BY x.started_at DESC, x.id DESC LIMIT p_limit + 1) r));
+    RETURN querylayer.runs_page('desk_runs'::text, p_limit, 200, p_cursor, p_outcome, p_agent, p_since, p_until);
 END
 $$;
 
