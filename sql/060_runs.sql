@@ -555,14 +555,16 @@ BEGIN
 END
 $$;
 
--- Newest first; a page of p_limit runs and the cursor of the next (p_before: only runs that
--- started before that instant).
+-- The site's runs, newest first; a page of p_limit runs and the cursor of the next (p_before:
+-- only runs that started before that instant; p_status: `open` or an outcome; p_agent: an agent's
+-- handle). The MCP tool querylayer_list_runs.
 CREATE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamptz DEFAULT NULL,
-                                         p_cursor text DEFAULT NULL) RETURNS jsonb
+                                         p_cursor text DEFAULT NULL, p_status text DEFAULT NULL,
+                                         p_agent text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM querylayer.require_principal('runs:read'::text);
-    RETURN querylayer.runs_page('runs'::text, p_limit, 500, p_cursor, NULL::text, NULL::text, NULL::timestamptz, p_before);
+    RETURN querylayer.runs_page('runs'::text, p_limit, 500, p_cursor, p_status, p_agent, NULL::timestamptz, p_before);
 END
 $$;
 
