@@ -206,20 +206,12 @@ $$;
 CREATE FUNCTION querylayer_api.grant_agent_scopes(p_site text, p_agent text, p_scopes text[]) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_site   querylayer.sites;
-    v_agent  querylayer.agents;
-    v_scopes text[];
+    v_site querylayer.sites;
 BEGIN
     v_site := querylayer.enter_operator_site(p_site);
-    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
-    SELECT v_site.id, v_site.organization_id, v_agent.id, s, querylayer.outer_user() FROM unnest(v_scopes) AS s
-    ON CONFLICT DO NOTHING;
-    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
-        'scopes', (SELECT to_jsonb(array_agg(scope ORDER BY scope)) FROM querylayer.agent_site_permissions
-                    WHERE site_id = v_site.id AND agent_id = v_agent.id));
+    RETURN jsonb_build_object('site', v_site.slug)
+        || querylayer.change_agent_scopes(v_site.id, querylayer.agent_by_handle(v_site.organization_id, p_agent),
+                                          p_scopes, true, querylayer.outer_user());
 END
 $$;
 
@@ -228,24 +220,12 @@ $$;
 CREATE FUNCTION querylayer_api.revoke_agent_scopes(p_site text, p_agent text, p_scopes text[]) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_site   querylayer.sites;
-    v_agent  querylayer.agents;
-    v_scopes text[];
+    v_site querylayer.sites;
 BEGIN
     v_site := querylayer.enter_operator_site(p_site);
-    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    DELETE FROM querylayer.agent_site_permissions
-     WHERE site_id = v_site.id AND agent_id = v_agent.id AND scope = ANY (v_scopes);
-    -- A connection acting with a withdrawn scope right now stops: its sessions end.
-    PERFORM querylayer.end_credential_sessions(c.id)
-       FROM querylayer.connections c
-      WHERE c.site_id = v_site.id AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
-        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
-    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
-        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
-                    WHERE site_id = v_site.id AND agent_id = v_agent.id));
+    RETURN jsonb_build_object('site', v_site.slug)
+        || querylayer.change_agent_scopes(v_site.id, querylayer.agent_by_handle(v_site.organization_id, p_agent),
+                                          p_scopes, false, NULL::text);
 END
 $$;
 

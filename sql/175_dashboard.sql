@@ -594,45 +594,21 @@ $$;
 -- Owners and admins grant an organization agent scopes on this site.
 CREATE FUNCTION querylayer_api.console_grant_agent_scopes(p_agent text, p_scopes text[]) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_agent  querylayer.agents;
-    v_scopes text[];
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
-    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
-    SELECT querylayer.ctx_site_id(), querylayer.ctx_organization_id(), v_agent.id, s, 'member:' || querylayer.ctx_member_id()
-      FROM unnest(v_scopes) AS s
-    ON CONFLICT DO NOTHING;
-    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('agent', v_agent.handle,
-        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
-                    WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
+    RETURN querylayer.change_agent_scopes(querylayer.ctx_site_id(),
+        querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent), p_scopes, true,
+        'member:' || querylayer.ctx_member_id());
 END
 $$;
 
 -- Owners and admins withdraw scopes; the agent's connections lose them at their next request.
 CREATE FUNCTION querylayer_api.console_revoke_agent_scopes(p_agent text, p_scopes text[]) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_agent  querylayer.agents;
-    v_scopes text[];
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
-    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    DELETE FROM querylayer.agent_site_permissions
-     WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id AND scope = ANY (v_scopes);
-    -- A connection acting with a withdrawn scope right now stops: its sessions end.
-    PERFORM querylayer.end_credential_sessions(c.id)
-       FROM querylayer.connections c
-      WHERE c.site_id = querylayer.ctx_site_id() AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
-        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
-    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('agent', v_agent.handle,
-        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
-                    WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
+    RETURN querylayer.change_agent_scopes(querylayer.ctx_site_id(),
+        querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent), p_scopes, false, NULL::text);
 END
 $$;
 
