@@ -150,6 +150,22 @@ BEGIN
 END
 $$;
 
+-- The operator preamble of a function that names its site: enters the operator context (refused
+-- to anyone but querylayer_admin or querylayer_worker), finds the site by its slug (QL404 when
+-- there is none), then enters the operator context for that site. Identity tables stay readable
+-- to the operator in the site's context, so lookups of its agents and members may follow.
+CREATE FUNCTION querylayer.enter_operator_site(p_slug text) RETURNS querylayer.sites
+LANGUAGE plpgsql AS $$
+DECLARE
+    v querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v := querylayer.site_by_slug(p_slug);
+    PERFORM querylayer.enter_operator(v.id);
+    RETURN v;
+END
+$$;
+
 CREATE FUNCTION querylayer.agent_by_handle(p_organization_id uuid, p_handle text) RETURNS querylayer.agents
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -160,6 +176,36 @@ BEGIN
         RAISE EXCEPTION 'no agent with handle % in this organization', quote_literal(p_handle) USING ERRCODE = 'QL404';
     END IF;
     RETURN v;
+END
+$$;
+
+-- Grants (p_grant) or withdraws an agent's scopes on a site, for an operator or a member (p_by
+-- names who, for a grant's row); a withdrawn scope ends the agent's sessions acting with it at
+-- once. Audited; answers the agent and the scopes it now holds there.
+CREATE FUNCTION querylayer.change_agent_scopes(p_site_id uuid, p_agent querylayer.agents, p_scopes text[],
+                                               p_grant boolean, p_by text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_scopes text[] := querylayer.normalize_scopes(p_scopes);
+BEGIN
+    IF p_grant THEN
+        INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
+        SELECT p_site_id, p_agent.organization_id, p_agent.id, s, p_by FROM unnest(v_scopes) AS s
+        ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM querylayer.agent_site_permissions
+         WHERE site_id = p_site_id AND agent_id = p_agent.id AND scope = ANY (v_scopes);
+        -- A connection acting with a withdrawn scope right now stops: its sessions end.
+        PERFORM querylayer.end_credential_sessions(c.id)
+           FROM querylayer.connections c
+          WHERE c.site_id = p_site_id AND c.agent_id = p_agent.id AND c.revoked_at IS NULL
+            AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
+    END IF;
+    PERFORM querylayer.audit(CASE WHEN p_grant THEN 'agent.grant' ELSE 'agent.revoke' END, p_agent.id::text,
+                             jsonb_build_object('scopes', v_scopes));
+    RETURN jsonb_build_object('agent', p_agent.handle,
+        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
+                    WHERE site_id = p_site_id AND agent_id = p_agent.id));
 END
 $$;
 

@@ -345,10 +345,8 @@ DECLARE
     v_site  querylayer.sites;
     v_agent querylayer.agents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
+    v_site := querylayer.enter_operator_site(p_site);
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
-    PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_connection(v_site.id, v_agent.id, p_name, p_scopes, p_expires_at, p_harness,
                                        'operator:' || querylayer.outer_user(), p_did, p_secret, p_did_proof);
 END
@@ -371,9 +369,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN QUERY
     SELECT c.id, c.name, a.handle, c.prefix, c.did, c.scopes,
            ARRAY(SELECT s FROM unnest(c.scopes) s
@@ -394,10 +390,8 @@ DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
+    v_site := querylayer.enter_operator_site(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
-    PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_member_token(v_site.id, v_member.id, p_name, p_expires_at, 'operator:' || querylayer.outer_user());
 END
 $$;

@@ -447,8 +447,7 @@ $$;
 CREATE FUNCTION querylayer_api.cancel_run(p_site text, p_run_id uuid, p_reason text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    PERFORM querylayer.enter_operator((querylayer.site_by_slug(p_site)).id);
+    PERFORM querylayer.enter_operator_site(p_site);
     RETURN querylayer.close_run(p_run_id, 'cancelled_by_operator'::text,
         jsonb_build_object('kind', 'operator', 'role', querylayer.outer_user()), p_reason);
 END
@@ -522,26 +521,50 @@ BEGIN
 END
 $$;
 
--- Newest first; a page of p_limit runs and the cursor of the next (p_before: only runs that
--- started before that instant).
-CREATE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamptz DEFAULT NULL,
-                                         p_cursor text DEFAULT NULL) RETURNS jsonb
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- One page of the site's runs, newest first, for the lists of runs (p_list names the list in its
+-- cursors): filtered by status (`open`, or the outcome a run finished with), agent handle and
+-- start time (p_since inclusive, p_until exclusive); each run with its agent's handle.
+CREATE FUNCTION querylayer.runs_page(p_list text, p_limit integer, p_max integer, p_cursor text, p_status text,
+                                     p_agent text, p_since timestamptz, p_until timestamptz) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_after record;
 BEGIN
-    PERFORM querylayer.require_principal('runs:read'::text);
-    PERFORM querylayer.page_limit(p_limit);
-    v_after := querylayer.page_after('runs'::text, p_cursor);
-    RETURN querylayer.page('runs'::text, 'runs'::text, p_limit, (
-        SELECT jsonb_agg(jsonb_build_object('item', querylayer.run_json(r), 'key', querylayer.page_key(r.started_at),
-                                            'id', r.id) ORDER BY r.started_at DESC, r.id DESC)
-          FROM (SELECT * FROM querylayer.runs
-                 WHERE site_id = querylayer.ctx_site_id()
-                   AND (p_before IS NULL OR started_at < p_before)
+    IF p_status IS NOT NULL AND p_status NOT IN ('open', 'completed', 'completed_with_warnings', 'needs_human_input',
+                                                  'blocked', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'a run''s status is open, completed, completed_with_warnings, needs_human_input, blocked, failed or cancelled; got %',
+            quote_literal(p_status) USING ERRCODE = '22023';
+    END IF;
+    PERFORM querylayer.page_limit(p_limit, p_max);
+    v_after := querylayer.page_after(p_list, p_cursor);
+    RETURN querylayer.page(p_list, 'runs'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key((r.run).started_at), 'id', (r.run).id,
+                                            'item', querylayer.run_json(r.run) || jsonb_build_object('agent', r.agent))
+                         ORDER BY (r.run).started_at DESC, (r.run).id DESC)
+          FROM (SELECT x AS run, a.handle AS agent
+                  FROM querylayer.runs x JOIN querylayer.agents a ON a.id = x.agent_id
+                  LEFT JOIN querylayer.run_events f ON f.run_id = x.id AND f.kind = 'finished'
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (p_agent IS NULL OR a.handle = p_agent)
+                   AND (p_since IS NULL OR x.started_at >= p_since)
+                   AND (p_until IS NULL OR x.started_at < p_until)
+                   AND (p_status IS NULL OR (p_status = 'open' AND f.id IS NULL) OR f.outcome = p_status)
                    AND (v_after.after_id IS NULL
-                        OR (started_at, id) < (v_after.after_key::timestamptz, v_after.after_id))
-                 ORDER BY started_at DESC, id DESC LIMIT p_limit + 1) r));
+                        OR (x.started_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.started_at DESC, x.id DESC LIMIT p_limit + 1) r));
+END
+$$;
+
+-- The site's runs, newest first; a page of p_limit runs and the cursor of the next (p_before:
+-- only runs that started before that instant; p_status: `open` or an outcome; p_agent: an agent's
+-- handle). The MCP tool querylayer_list_runs.
+CREATE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamptz DEFAULT NULL,
+                                         p_cursor text DEFAULT NULL, p_status text DEFAULT NULL,
+                                         p_agent text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_principal('runs:read'::text);
+    RETURN querylayer.runs_page('runs'::text, p_limit, 500, p_cursor, p_status, p_agent, NULL::timestamptz, p_before);
 END
 $$;
 

@@ -462,9 +462,7 @@ DECLARE
     v_site querylayer.sites;
     v      querylayer.templates;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
         RAISE EXCEPTION 'invalid template name %', coalesce(quote_literal(p_name), 'NULL') USING ERRCODE = '22023';
     END IF;

@@ -86,13 +86,11 @@ DECLARE
     v_member querylayer.members;
     v_old    text;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
+    v_site := querylayer.enter_operator_site(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
     IF p_role IS NOT NULL AND p_role NOT IN ('owner', 'admin', 'editor', 'viewer') THEN
         RAISE EXCEPTION 'role must be owner, admin, editor or viewer; got %', quote_literal(p_role) USING ERRCODE = '22023';
     END IF;
-    PERFORM querylayer.enter_operator(v_site.id);
     SELECT role INTO v_old FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id FOR UPDATE;
     IF p_role IS NULL THEN
         DELETE FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id;
@@ -208,22 +206,12 @@ $$;
 CREATE FUNCTION querylayer_api.grant_agent_scopes(p_site text, p_agent text, p_scopes text[]) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_site   querylayer.sites;
-    v_agent  querylayer.agents;
-    v_scopes text[];
+    v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    PERFORM querylayer.enter_operator(v_site.id);
-    INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
-    SELECT v_site.id, v_site.organization_id, v_agent.id, s, querylayer.outer_user() FROM unnest(v_scopes) AS s
-    ON CONFLICT DO NOTHING;
-    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
-        'scopes', (SELECT to_jsonb(array_agg(scope ORDER BY scope)) FROM querylayer.agent_site_permissions
-                    WHERE site_id = v_site.id AND agent_id = v_agent.id));
+    v_site := querylayer.enter_operator_site(p_site);
+    RETURN jsonb_build_object('site', v_site.slug)
+        || querylayer.change_agent_scopes(v_site.id, querylayer.agent_by_handle(v_site.organization_id, p_agent),
+                                          p_scopes, true, querylayer.outer_user());
 END
 $$;
 
@@ -232,26 +220,12 @@ $$;
 CREATE FUNCTION querylayer_api.revoke_agent_scopes(p_site text, p_agent text, p_scopes text[]) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_site   querylayer.sites;
-    v_agent  querylayer.agents;
-    v_scopes text[];
+    v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    PERFORM querylayer.enter_operator(v_site.id);
-    DELETE FROM querylayer.agent_site_permissions
-     WHERE site_id = v_site.id AND agent_id = v_agent.id AND scope = ANY (v_scopes);
-    -- A connection acting with a withdrawn scope right now stops: its sessions end.
-    PERFORM querylayer.end_credential_sessions(c.id)
-       FROM querylayer.connections c
-      WHERE c.site_id = v_site.id AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
-        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
-    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
-        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
-                    WHERE site_id = v_site.id AND agent_id = v_agent.id));
+    v_site := querylayer.enter_operator_site(p_site);
+    RETURN jsonb_build_object('site', v_site.slug)
+        || querylayer.change_agent_scopes(v_site.id, querylayer.agent_by_handle(v_site.organization_id, p_agent),
+                                          p_scopes, false, NULL::text);
 END
 $$;
 
@@ -261,9 +235,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN jsonb_build_object('site', v_site.slug) || querylayer.verify_ledger_site(v_site.id);
 END
 $$;
@@ -278,8 +250,7 @@ BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
     PERFORM querylayer.page_limit(p_limit);
     IF p_site IS NOT NULL THEN
-        v_site := querylayer.site_by_slug(p_site);
-        PERFORM querylayer.enter_operator(v_site.id);
+        v_site := querylayer.enter_operator_site(p_site);
     END IF;
     RETURN QUERY
     SELECT e.at, v_site.slug, e.principal_kind, e.agent_id, e.connection_id, e.member_id, e.operator_role,
@@ -308,8 +279,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM querylayer.sites WHERE slug = 'demo') THEN
         PERFORM querylayer_api.create_site('demo'::text, 'demo'::text, 'Demo site'::text);
     END IF;
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug('demo'::text);
+    v_site := querylayer.enter_operator_site('demo'::text);
     IF NOT EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_site.organization_id AND handle = 'demo-agent') THEN
         PERFORM querylayer_api.create_agent('demo'::text, 'demo-agent'::text, 'hermes'::text, 'demo-profile-0001'::text, 'demo'::text,
                                             'did:example:qg-navigator'::text);

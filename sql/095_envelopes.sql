@@ -131,9 +131,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN querylayer.issue_did_challenge(v_site.id, p_did, 'operator:' || querylayer.outer_user());
 END
 $$;
@@ -220,8 +218,7 @@ BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
     PERFORM querylayer.page_limit(p_limit);
     IF p_site IS NOT NULL THEN
-        v_site := querylayer.site_by_slug(p_site);
-        PERFORM querylayer.enter_operator(v_site.id);
+        v_site := querylayer.enter_operator_site(p_site);
     END IF;
     RETURN QUERY SELECT r.at, r.allowed, r.method, r.path, r.profile, r.sender, r.error, r.checks
                    FROM querylayer.envelope_receipts r

@@ -430,9 +430,7 @@ DECLARE
     o       jsonb;
     n       integer := 0;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     IF jsonb_typeof(p_opportunities) IS DISTINCT FROM 'array' OR jsonb_array_length(p_opportunities) NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION 'opportunities: an array of 1 to 10000 items is required' USING ERRCODE = '22023';
     END IF;
@@ -464,9 +462,7 @@ DECLARE
     v_site querylayer.sites;
     v_id   uuid;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     INSERT INTO querylayer.topics (site_id, slug, title, parent_id)
     VALUES (v_site.id, p_slug, p_title, (SELECT id FROM querylayer.topics WHERE site_id = v_site.id AND slug = p_parent))
     RETURNING id INTO v_id;

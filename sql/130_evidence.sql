@@ -343,9 +343,7 @@ DECLARE
     v_site querylayer.sites;
     v_n    integer;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     UPDATE querylayer.evidence_jobs SET due_at = now() WHERE site_id = v_site.id AND state = 'due';
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;

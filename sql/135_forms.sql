@@ -148,9 +148,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN jsonb_build_object('recorded', querylayer.insert_form_screening(v_site.id, p_events));
 END
 $$;

@@ -671,9 +671,7 @@ DECLARE
     v_parsed jsonb := querylayer.rights_parse(p_document);
     v        querylayer.rights_documents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     IF v_parsed->'document' = 'null'::jsonb THEN
         RAISE EXCEPTION 'the rights document is not JSON: %', v_parsed->'problems'->>0 USING ERRCODE = '22023';
     END IF;
@@ -693,9 +691,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN querylayer.store_semantic_model(v_site.id, p_document, 'operator:' || querylayer.outer_user(), NULL::uuid)
         || jsonb_build_object('site', v_site.slug);
 END

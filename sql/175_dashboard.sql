@@ -564,32 +564,9 @@ CREATE FUNCTION querylayer_api.console_list_runs(
     p_until timestamptz DEFAULT NULL, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    IF p_outcome IS NOT NULL AND p_outcome NOT IN ('open', 'completed', 'completed_with_warnings', 'needs_human_input',
-                                                    'blocked', 'failed', 'cancelled') THEN
-        RAISE EXCEPTION 'outcome must be open, completed, completed_with_warnings, needs_human_input, blocked, failed or cancelled; got %',
-            quote_literal(p_outcome) USING ERRCODE = '22023';
-    END IF;
-    PERFORM querylayer.page_limit(p_limit, 200);
-    v_after := querylayer.page_after('desk_runs'::text, p_cursor);
-    RETURN querylayer.page('desk_runs'::text, 'runs'::text, p_limit, (
-        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key((r.run).started_at), 'id', (r.run).id,
-                                            'item', querylayer.run_json(r.run) || jsonb_build_object('agent', r.agent))
-                         ORDER BY (r.run).started_at DESC, (r.run).id DESC)
-          FROM (SELECT x AS run, a.handle AS agent
-                  FROM querylayer.runs x JOIN querylayer.agents a ON a.id = x.agent_id
-                  LEFT JOIN querylayer.run_events f ON f.run_id = x.id AND f.kind = 'finished'
-                 WHERE x.site_id = querylayer.ctx_site_id()
-                   AND (p_agent IS NULL OR a.handle = p_agent)
-                   AND (p_since IS NULL OR x.started_at >= p_since)
-                   AND (p_until IS NULL OR x.started_at < p_until)
-                   AND (p_outcome IS NULL OR (p_outcome = 'open' AND f.id IS NULL) OR f.outcome = p_outcome)
-                   AND (v_after.after_id IS NULL
-                        OR (x.started_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
-                 ORDER BY x.started_at DESC, x.id DESC LIMIT p_limit + 1) r));
+    RETURN querylayer.runs_page('desk_runs'::text, p_limit, 200, p_cursor, p_outcome, p_agent, p_since, p_until);
 END
 $$;
 
@@ -617,45 +594,21 @@ $$;
 -- Owners and admins grant an organization agent scopes on this site.
 CREATE FUNCTION querylayer_api.console_grant_agent_scopes(p_agent text, p_scopes text[]) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_agent  querylayer.agents;
-    v_scopes text[];
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
-    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
-    SELECT querylayer.ctx_site_id(), querylayer.ctx_organization_id(), v_agent.id, s, 'member:' || querylayer.ctx_member_id()
-      FROM unnest(v_scopes) AS s
-    ON CONFLICT DO NOTHING;
-    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('agent', v_agent.handle,
-        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
-                    WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
+    RETURN querylayer.change_agent_scopes(querylayer.ctx_site_id(),
+        querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent), p_scopes, true,
+        'member:' || querylayer.ctx_member_id());
 END
 $$;
 
 -- Owners and admins withdraw scopes; the agent's connections lose them at their next request.
 CREATE FUNCTION querylayer_api.console_revoke_agent_scopes(p_agent text, p_scopes text[]) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_agent  querylayer.agents;
-    v_scopes text[];
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
-    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    DELETE FROM querylayer.agent_site_permissions
-     WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id AND scope = ANY (v_scopes);
-    -- A connection acting with a withdrawn scope right now stops: its sessions end.
-    PERFORM querylayer.end_credential_sessions(c.id)
-       FROM querylayer.connections c
-      WHERE c.site_id = querylayer.ctx_site_id() AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
-        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
-    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('agent', v_agent.handle,
-        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
-                    WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
+    RETURN querylayer.change_agent_scopes(querylayer.ctx_site_id(),
+        querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent), p_scopes, false, NULL::text);
 END
 $$;
 
@@ -734,8 +687,7 @@ DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
+    v_site := querylayer.enter_operator_site(p_site);
     IF NOT EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_site.organization_id AND handle = p_member) THEN
         PERFORM querylayer_api.create_member((SELECT slug FROM querylayer.organizations WHERE id = v_site.organization_id),
                                              p_member, p_display_name);
@@ -743,9 +695,8 @@ BEGIN
     IF p_role IS NOT NULL THEN
         PERFORM querylayer_api.set_member_role(p_site, p_member, p_role);
     END IF;
-    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.enter_operator_site(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
-    PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_invitation(v_site.id, v_member.id, p_expires_at, 'operator:' || querylayer.outer_user());
 END
 $$;

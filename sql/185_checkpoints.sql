@@ -393,9 +393,7 @@ DECLARE
     v_site    querylayer.sites;
     v_problem jsonb;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     v_problem := querylayer.live_state_problem(v_site.id);
     RETURN jsonb_build_object('ok', v_problem IS NULL, 'problem', v_problem);
 END
@@ -408,9 +406,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN (SELECT coalesce(jsonb_agg(querylayer.checkpoint_json(c) ORDER BY c.seq), '[]')
               FROM (SELECT * FROM querylayer.ledger_checkpoints
                      WHERE site_id = v_site.id AND seq > coalesce(p_after_seq, 0)
@@ -427,9 +423,7 @@ DECLARE
     v_sql  text;
     v      bytea;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     SELECT 'SELECT coalesce(string_agg(querylayer.ledger_leaf(chain_seq, tbl, ledger_form, content_sha256), ''''::bytea ORDER BY chain_seq), ''''::bytea) FROM ('
            || string_agg(format('SELECT %L::text AS tbl, chain_seq, ledger_form, content_sha256 FROM %s WHERE site_id = $1 AND chain_seq > $2 AND chain_seq <= $3',
                                 table_name, table_name), ' UNION ALL ') || ') r'
@@ -471,9 +465,7 @@ SET extra_float_digits = 1 AS $$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN QUERY EXECUTE
         'SELECT jsonb_build_object(''table'', tbl, ''id'', id, ''seq'', chain_seq, ''form'', ledger_form,
                                    ''canonical'', canonical, ''recorded_at'', querylayer.utc_text(recorded))

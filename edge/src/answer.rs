@@ -19,30 +19,10 @@ pub async fn answer(
     purpose: Option<String>,
     dialect: Option<String>,
 ) -> Result<Value, Error> {
-    let Some(llm) = llm else {
-        return Call::new("answer_question")
-            .arg("p_question", question)
-            .opt("p_purpose", purpose)
-            .opt("p_dialect", dialect)
-            .run(tx)
-            .await;
-    };
-    let prepared = Call::new("prepare_answer")
-        .arg("p_question", question)
-        .opt("p_purpose", purpose)
-        .opt("p_dialect", dialect)
-        .run(tx)
-        .await?;
-    let prompt = prepared["prompt"].as_str().unwrap_or_default();
-    let draft: Uuid = serde_json::from_value(prepared["draft_id"].clone())
-        .map_err(|e| Error::internal(format!("prepare_answer returned no draft id: {e}")))?;
-    let text = llm.complete(prompt).await?;
-    Call::new("complete_answer")
-        .arg("p_draft_id", draft)
-        .arg("p_text", text)
-        .arg("p_synthesized_by", llm.name())
-        .run(tx)
-        .await
+    let name = if llm.is_none() { "answer_question" } else { "prepare_answer" };
+    let call =
+        Call::new(name).arg("p_question", question).opt("p_purpose", purpose).opt("p_dialect", dialect);
+    answer_with(tx, llm, call).await
 }
 
 /// `POST /v1/answer` under its envelope: the same loop, but the database reads the question from
@@ -53,13 +33,25 @@ pub async fn answer_signed(
     llm: Option<&crate::llm::Llm>,
     body: String,
 ) -> Result<Value, Error> {
+    let name = if llm.is_none() { "answer_signed_request" } else { "prepare_signed_answer" };
+    answer_with(tx, llm, Call::new(name).arg("p_body", body)).await
+}
+
+/// Without an LLM, `call` is the deterministic answer and its result is the answer. With one,
+/// `call` prepares the answer (its prompt and draft), the model writes the text, and
+/// `complete_answer` signs and records it.
+async fn answer_with(
+    tx: &deadpool_postgres::Transaction<'_>,
+    llm: Option<&crate::llm::Llm>,
+    call: Call,
+) -> Result<Value, Error> {
     let Some(llm) = llm else {
-        return Call::new("answer_signed_request").arg("p_body", body).run(tx).await;
+        return call.run(tx).await;
     };
-    let prepared = Call::new("prepare_signed_answer").arg("p_body", body).run(tx).await?;
+    let prepared = call.run(tx).await?;
     let prompt = prepared["prompt"].as_str().unwrap_or_default();
     let draft: Uuid = serde_json::from_value(prepared["draft_id"].clone())
-        .map_err(|e| Error::internal(format!("prepare_signed_answer returned no draft id: {e}")))?;
+        .map_err(|e| Error::internal(format!("{} returned no draft id: {e}", call.function())))?;
     let text = llm.complete(prompt).await?;
     Call::new("complete_answer")
         .arg("p_draft_id", draft)

@@ -2,50 +2,16 @@
 //! its headers, the redirect of a request without a session, and the refusals of a cross-site
 //! or token-less form post (no socket, no database).
 
-use std::time::Duration;
+mod common;
 
 use axum::body::{to_bytes, Body};
 use axum::http::{header, Request, StatusCode};
-use querylayer_edge::config::{HttpConfig, ServeArgs};
-use querylayer_edge::db::Db;
+use querylayer_edge::config::ServeArgs;
 use querylayer_edge::{app, AppState};
 use tower::ServiceExt;
 
 fn state() -> AppState {
-    let args = ServeArgs {
-        bind: "127.0.0.1".into(),
-        port: 8080,
-        database_url: "postgres://nobody@127.0.0.1:1/none".into(),
-        public_url: Some("https://edge.example.com".into()),
-        allowed_hosts: vec![],
-        allowed_origins: vec!["https://console.example.com".into()],
-        rate_limit: 20.0,
-        rate_burst: 60,
-        auth_failure_rate: 2.0,
-        auth_failure_burst: 60,
-        max_body_bytes: 4096,
-        request_timeout_secs: 30,
-        statement_timeout_secs: 20,
-        db_pool_size: 1,
-        site_max_reads: None,
-        site_max_writes: None,
-        site_queue_timeout_ms: 2000,
-        header_read_timeout_secs: 10,
-        idle_timeout_secs: 60,
-        max_connections: 0,
-        max_connections_per_peer: 256,
-        shutdown_grace_secs: 1,
-        require_auth: false,
-        llm_url: None,
-        llm_model: None,
-        llm_timeout_secs: 20,
-        metrics_listen: None,
-        otlp_endpoint: None,
-        config: None,
-        print_config: false,
-    };
-    let db = Db::connect(&args.database_url, 1, Duration::from_secs(1)).unwrap();
-    AppState::new(db, HttpConfig::from_args(&args).unwrap())
+    common::state_of(ServeArgs { max_body_bytes: 4096, require_auth: false, ..common::serve_args() })
 }
 
 async fn body(response: axum::response::Response) -> String {

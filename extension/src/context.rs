@@ -67,6 +67,27 @@ struct RequestContext {
     member_session_id: Option<Uuid>,
 }
 
+impl RequestContext {
+    /// A context of `kind` for a site and organization that names no principal and grants nothing.
+    fn bare(kind: Kind, site_id: Option<Uuid>, organization_id: Option<Uuid>) -> Self {
+        RequestContext {
+            kind,
+            lxid: current_lxid(),
+            site_id,
+            organization_id,
+            agent_id: None,
+            connection_id: None,
+            member_id: None,
+            member_role: None,
+            scopes: Vec::new(),
+            harness: None,
+            expires_at: None,
+            route: None,
+            member_session_id: None,
+        }
+    }
+}
+
 /// The signed request an envelope-derived context is bound to.
 #[derive(Clone, Debug)]
 pub(crate) struct Route {
@@ -164,40 +185,12 @@ pub(crate) fn while_presenting<R>(key: &[u8], f: impl FnOnce() -> R) -> R {
 
 /// A resolving context for one site: its rows become visible, nothing is granted.
 pub(crate) fn resolving(site: Uuid, organization: Uuid) {
-    set(RequestContext {
-        kind: Kind::Resolving,
-        lxid: current_lxid(),
-        site_id: Some(site),
-        organization_id: Some(organization),
-        agent_id: None,
-        connection_id: None,
-        member_id: None,
-        member_role: None,
-        scopes: Vec::new(),
-        harness: None,
-        expires_at: None,
-        route: None,
-        member_session_id: None,
-    });
+    set(RequestContext::bare(Kind::Resolving, Some(site), Some(organization)));
 }
 
 /// A delivery context for one site (a public site read by nobody in particular).
 pub(crate) fn delivering(site: Uuid, organization: Uuid) {
-    set(RequestContext {
-        kind: Kind::Delivery,
-        lxid: current_lxid(),
-        site_id: Some(site),
-        organization_id: Some(organization),
-        agent_id: None,
-        connection_id: None,
-        member_id: None,
-        member_role: None,
-        scopes: Vec::new(),
-        harness: None,
-        expires_at: None,
-        route: None,
-        member_session_id: None,
-    });
+    set(RequestContext::bare(Kind::Delivery, Some(site), Some(organization)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -333,21 +326,7 @@ fn enter_operator(site: Option<Uuid>) {
             "operator functions require membership in querylayer_admin (or querylayer_worker)"
         );
     }
-    set(RequestContext {
-        kind: Kind::Operator,
-        lxid: current_lxid(),
-        site_id: site,
-        organization_id: None,
-        agent_id: None,
-        connection_id: None,
-        member_id: None,
-        member_role: None,
-        scopes: Vec::new(),
-        harness: None,
-        expires_at: None,
-        route: None,
-        member_session_id: None,
-    });
+    set(RequestContext::bare(Kind::Operator, site, None));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -569,21 +548,7 @@ fn lookup(credential: Credential, fingerprint: &[u8], view: View) -> Option<(Uui
 /// revoked or expired one, so the answer takes the same work whatever the reason.
 fn judge(credential: Credential, found: Option<(Uuid, Uuid, Uuid)>, view: View) -> Value {
     let (subject, site, organization) = found.unwrap_or((nil(), nil(), nil()));
-    set(RequestContext {
-        kind: Kind::Resolving,
-        lxid: current_lxid(),
-        site_id: Some(site),
-        organization_id: Some(organization),
-        agent_id: None,
-        connection_id: None,
-        member_id: None,
-        member_role: None,
-        scopes: Vec::new(),
-        harness: None,
-        expires_at: None,
-        route: None,
-        member_session_id: None,
-    });
+    resolving(site, organization);
     let arg = subject.into_datum().expect("uuid datum");
     query_one(credential.resolver(), pg_sys::UUIDOID, arg, view, |t, d| column::<JsonB>(t, d, 1))
         .flatten()

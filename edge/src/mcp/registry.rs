@@ -111,6 +111,14 @@ pub const TOOLS: &[ToolEntry] = &[
         "the run's one terminal outcome",
     ),
     tool(
+        "querylayer_list_runs",
+        &["runs:read"],
+        READ,
+        &[],
+        "list_runs",
+        "the site's runs, newest first, by status and agent",
+    ),
+    tool(
         "querylayer_list_proposals",
         &["content:read"],
         READ,

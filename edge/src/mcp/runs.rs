@@ -1,4 +1,5 @@
-//! Run tools: the governed run lifecycle (begin → immutable artifacts → one terminal outcome).
+//! Run tools: the governed run lifecycle (begin → immutable artifacts → one terminal outcome) and
+//! the site's runs.
 
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::model::CallToolResult;
@@ -70,6 +71,32 @@ pub struct Run {
     pub deadline_at: Option<String>,
     /// Keys of the artifacts recorded so far.
     pub artifact_keys: Vec<String>,
+    /// The handle of the run's agent (in lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+/// A page of the site's runs, newest first.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListRunsParams {
+    /// Only runs in this status: `open`, or the outcome a run finished with (`completed`,
+    /// `completed_with_warnings`, `needs_human_input`, `blocked`, `failed`, `cancelled`).
+    pub status: Option<String>,
+    /// Only the runs of the agent with this handle, for example `demo-agent`.
+    pub agent: Option<String>,
+    /// At most this many runs (1 to 500; default 50).
+    pub limit: Option<i32>,
+    /// The previous page's `next_cursor`, unchanged.
+    pub cursor: Option<String>,
+}
+
+/// The site's runs, newest first.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RunList {
+    pub runs: Vec<Run>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// An affected content object of an artifact. Schema only: the value goes to SQL as given.
@@ -211,5 +238,30 @@ impl QueryLayerMcp {
             .opt("p_summary", p.summary)
             .opt("p_reasons", p.reasons.map(Value::Array));
         self.call(&ctx, call.idempotent(p.idempotency_key)).await
+    }
+
+    /// List the site's runs, newest first, of every agent or of one (`agent`), open or by the
+    /// outcome they finished with (`status`); page with `cursor`. Needs runs:read.
+    #[tool(
+        name = "querylayer_list_runs",
+        annotations(
+            title = "List runs",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn list_runs(
+        &self,
+        Parameters(p): Parameters<ListRunsParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<RunList>, CallToolResult> {
+        let call = Call::new("list_runs")
+            .opt("p_status", p.status)
+            .opt("p_agent", p.agent)
+            .opt("p_limit", p.limit)
+            .opt("p_cursor", p.cursor);
+        self.call(&ctx, call).await
     }
 }

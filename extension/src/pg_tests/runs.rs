@@ -138,4 +138,81 @@ mod tests {
         assert_eq!(run["reasons"][0]["closed_by"]["kind"], "operator");
         assert_eq!(json("SELECT querylayer_api.verify_ledger('demo')")["ok"], true);
     }
+
+    /// `list_runs` (the tool querylayer_list_runs): the connection's site only, newest first, by
+    /// status and agent, in pages; refused without runs:read.
+    #[pg_test]
+    fn list_runs_pages_the_sites_runs_newest_first_by_status_and_agent() {
+        let (secret, _) = demo();
+        let other = other_agent();
+        Spi::run("SELECT querylayer_api.create_site('demo', 'elsewhere')").unwrap();
+        Spi::run("SELECT querylayer_api.grant_agent_scopes('elsewhere', 'demo-agent', '{runs:write}')")
+            .unwrap();
+        let elsewhere = json(
+            "SELECT querylayer_api.create_connection('elsewhere', 'demo-agent', 'e1', '{runs:write}', now() + interval '1 hour')",
+        )["secret"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let writer = json(
+            "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'w1', '{runs:write}', now() + interval '1 hour')",
+        )["secret"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let begin = |run_type: &str| -> String {
+            json(&format!("SELECT querylayer_api.begin_run('{run_type}')"))["run_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let ids = |sql: &str| -> Vec<String> {
+            json(sql)["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["run_id"].as_str().unwrap().to_string())
+                .collect()
+        };
+        authenticate(&elsewhere);
+        begin("listed.elsewhere");
+        authenticate(&secret);
+        let first = begin("listed.first");
+        let failed = begin("listed.failed");
+        Spi::run(&format!("SELECT querylayer_api.finish_run('{failed}', 'failed')")).unwrap();
+        authenticate(&other);
+        let theirs = begin("listed.theirs");
+
+        authenticate(&secret);
+        let all = json("SELECT querylayer_api.list_runs()");
+        assert_eq!(
+            ids("SELECT querylayer_api.list_runs()"),
+            [theirs.as_str(), failed.as_str(), first.as_str()],
+            "this site's, newest first"
+        );
+        assert_eq!(all["runs"][0]["agent"], "other-agent");
+        assert_eq!(ids("SELECT querylayer_api.list_runs(p_agent => 'other-agent')"), [theirs.as_str()]);
+        assert_eq!(
+            ids("SELECT querylayer_api.list_runs(p_status => 'open')"),
+            [theirs.as_str(), first.as_str()]
+        );
+        assert_eq!(
+            ids("SELECT querylayer_api.list_runs(p_status => 'failed', p_agent => 'demo-agent')"),
+            [failed.as_str()]
+        );
+        assert!(ids("SELECT querylayer_api.list_runs(p_agent => 'no-such-agent')").is_empty());
+        let page = json("SELECT querylayer_api.list_runs(p_limit => 2)");
+        let cursor = page["next_cursor"].as_str().unwrap();
+        assert_eq!(
+            ids(&format!("SELECT querylayer_api.list_runs(p_limit => 2, p_cursor => '{cursor}')")),
+            [first.as_str()]
+        );
+        let (state, message) = failure("SELECT querylayer_api.list_runs(p_status => 'done')");
+        assert_eq!(state, "22023");
+        assert!(message.contains("status is open, completed"), "{message}");
+        expect_sqlstate("SELECT querylayer_api.list_runs(p_limit => 501)", "22023");
+        // runs:write alone does not read runs.
+        authenticate(&writer);
+        expect_sqlstate("SELECT querylayer_api.list_runs()", "QL403");
+    }
 }

@@ -584,6 +584,7 @@ async def test_every_list_tool_pages_with_a_limit_and_a_cursor():
             "querylayer_list_evidence_reverification": ({}, "evidence", "target.evidence_id"),
             "querylayer_list_revisions": ({"content_id": content[0]["content_id"]}, "revisions", "revision_id"),
             "querylayer_list_templates": ({}, "templates", "name"),
+            "querylayer_list_runs": ({}, "runs", "run_id"),
         }
         tools = {t.name: t for t in (await w.list_tools()).tools}
         listed = {name for name in tools if "_list_" in name}
