@@ -335,8 +335,7 @@ BEGIN
                        AND (v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id))
                      ORDER BY x.handle, x.id LIMIT p_limit + 1) m));
     END IF;
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN jsonb_build_object('site', v_site.slug) || querylayer.page('members'::text, 'members'::text, p_limit, (
         SELECT jsonb_agg(jsonb_build_object('key', m.handle, 'id', m.id, 'item', jsonb_build_object(
                    'member_id', m.id, 'handle', m.handle, 'display_name', m.display_name,
@@ -377,8 +376,7 @@ BEGIN
                        AND (v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id))
                      ORDER BY x.handle, x.id LIMIT p_limit + 1) a));
     END IF;
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN jsonb_build_object('site', v_site.slug) || querylayer.page('agents'::text, 'agents'::text, p_limit, (
         SELECT jsonb_agg(jsonb_build_object('key', a.handle, 'id', a.id, 'item', jsonb_build_object(
                    'agent_id', a.id, 'handle', a.handle, 'kind', a.kind, 'principal', a.principal,
