@@ -12,6 +12,12 @@
 -- scripts/upgrade-script (docs/operations.md, "Schema changes").
 \echo Use "ALTER EXTENSION querylayer UPDATE TO '0.3.0'" to load this file. \quit
 
+-- (a) sql/upgrades/0.3.0/15-list-runs-filters.pre.sql
+
+-- Issue 15: list_runs takes p_status and p_agent (the MCP tool querylayer_list_runs). CREATE OR
+-- REPLACE cannot add parameters, so the 0.2.0 function is dropped first and created again.
+DROP FUNCTION IF EXISTS querylayer_api.list_runs(integer, timestamptz, text);
+
 -- (a) sql/upgrades/0.3.0/16-resolve-connection.pre.sql
 
 -- Issue 16: a connection's verdict at authentication is one statement in the extension
@@ -488,6 +494,37 @@ END
 $function$;
 ALTER FUNCTION querylayer.chain_append() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.chain_append() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.change_agent_scopes(p_site_id uuid, p_agent querylayer.agents, p_scopes text[], p_grant boolean, p_by text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_scopes text[] := querylayer.normalize_scopes(p_scopes);
+BEGIN
+    IF p_grant THEN
+        INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
+        SELECT p_site_id, p_agent.organization_id, p_agent.id, s, p_by FROM unnest(v_scopes) AS s
+        ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM querylayer.agent_site_permissions
+         WHERE site_id = p_site_id AND agent_id = p_agent.id AND scope = ANY (v_scopes);
+        -- A connection acting with a withdrawn scope right now stops: its sessions end.
+        PERFORM querylayer.end_credential_sessions(c.id)
+           FROM querylayer.connections c
+          WHERE c.site_id = p_site_id AND c.agent_id = p_agent.id AND c.revoked_at IS NULL
+            AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
+    END IF;
+    PERFORM querylayer.audit(CASE WHEN p_grant THEN 'agent.grant' ELSE 'agent.revoke' END, p_agent.id::text,
+                             jsonb_build_object('scopes', v_scopes));
+    RETURN jsonb_build_object('agent', p_agent.handle,
+        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
+                    WHERE site_id = p_site_id AND agent_id = p_agent.id));
+END
+$function$;
+ALTER FUNCTION querylayer.change_agent_scopes(uuid,querylayer.agents,text[],boolean,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.change_agent_scopes(uuid,querylayer.agents,text[],boolean,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.check_affected_objects(p_objects jsonb)
  RETURNS jsonb
@@ -1774,6 +1811,23 @@ CREATE OR REPLACE FUNCTION querylayer.enter_operator(site uuid)
 AS 'querylayer', $function$enter_operator_wrapper$function$;
 ALTER FUNCTION querylayer.enter_operator(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.enter_operator(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.enter_operator_site(p_slug text)
+ RETURNS querylayer.sites
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v querylayer.sites;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    v := querylayer.site_by_slug(p_slug);
+    PERFORM querylayer.enter_operator(v.id);
+    RETURN v;
+END
+$function$;
+ALTER FUNCTION querylayer.enter_operator_site(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.enter_operator_site(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.envelope_settings()
  RETURNS jsonb
@@ -4353,6 +4407,42 @@ AS 'querylayer', $function$run_story_wrapper$function$;
 ALTER FUNCTION querylayer.run_story(jsonb,bytea,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.run_story(jsonb,bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.runs_page(p_list text, p_limit integer, p_max integer, p_cursor text, p_status text, p_agent text, p_since timestamp with time zone, p_until timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after record;
+BEGIN
+    IF p_status IS NOT NULL AND p_status NOT IN ('open', 'completed', 'completed_with_warnings', 'needs_human_input',
+                                                  'blocked', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'a run''s status is open, completed, completed_with_warnings, needs_human_input, blocked, failed or cancelled; got %',
+            quote_literal(p_status) USING ERRCODE = '22023';
+    END IF;
+    PERFORM querylayer.page_limit(p_limit, p_max);
+    v_after := querylayer.page_after(p_list, p_cursor);
+    RETURN querylayer.page(p_list, 'runs'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key((r.run).started_at), 'id', (r.run).id,
+                                            'item', querylayer.run_json(r.run) || jsonb_build_object('agent', r.agent))
+                         ORDER BY (r.run).started_at DESC, (r.run).id DESC)
+          FROM (SELECT x AS run, a.handle AS agent
+                  FROM querylayer.runs x JOIN querylayer.agents a ON a.id = x.agent_id
+                  LEFT JOIN querylayer.run_events f ON f.run_id = x.id AND f.kind = 'finished'
+                 WHERE x.site_id = querylayer.ctx_site_id()
+                   AND (p_agent IS NULL OR a.handle = p_agent)
+                   AND (p_since IS NULL OR x.started_at >= p_since)
+                   AND (p_until IS NULL OR x.started_at < p_until)
+                   AND (p_status IS NULL OR (p_status = 'open' AND f.id IS NULL) OR f.outcome = p_status)
+                   AND (v_after.after_id IS NULL
+                        OR (x.started_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
+                 ORDER BY x.started_at DESC, x.id DESC LIMIT p_limit + 1) r));
+END
+$function$;
+ALTER FUNCTION querylayer.runs_page(text,integer,integer,text,text,text,timestamp with time zone,timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.runs_page(text,integer,integer,text,text,text,timestamp with time zone,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.schedule_evidence_job(p_evidence_id uuid, p_site_id uuid, p_due_at timestamp with time zone)
  RETURNS void
  LANGUAGE plpgsql
@@ -5056,9 +5146,7 @@ DECLARE
     v_site querylayer.sites;
     v_id   uuid;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     INSERT INTO querylayer.topics (site_id, slug, title, parent_id)
     VALUES (v_site.id, p_slug, p_title, (SELECT id FROM querylayer.topics WHERE site_id = v_site.id AND slug = p_parent))
     RETURNING id INTO v_id;
@@ -5289,8 +5377,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.cancel_run(p_site text, p_run_id uuid,
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    PERFORM querylayer.enter_operator((querylayer.site_by_slug(p_site)).id);
+    PERFORM querylayer.enter_operator_site(p_site);
     RETURN querylayer.close_run(p_run_id, 'cancelled_by_operator'::text,
         jsonb_build_object('kind', 'operator', 'role', querylayer.outer_user()), p_reason);
 END
@@ -5905,21 +5992,11 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_grant_agent_scopes(p_agent tex
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_agent  querylayer.agents;
-    v_scopes text[];
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
-    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
-    SELECT querylayer.ctx_site_id(), querylayer.ctx_organization_id(), v_agent.id, s, 'member:' || querylayer.ctx_member_id()
-      FROM unnest(v_scopes) AS s
-    ON CONFLICT DO NOTHING;
-    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('agent', v_agent.handle,
-        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
-                    WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
+    RETURN querylayer.change_agent_scopes(querylayer.ctx_site_id(),
+        querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent), p_scopes, true,
+        'member:' || querylayer.ctx_member_id());
 END
 $function$;
 ALTER FUNCTION querylayer_api.console_grant_agent_scopes(text,text[]) OWNER TO querylayer_owner;
@@ -6343,32 +6420,9 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_list_runs(p_outcome text DEFAU
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_after record;
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
-    IF p_outcome IS NOT NULL AND p_outcome NOT IN ('open', 'completed', 'completed_with_warnings', 'needs_human_input',
-                                                    'blocked', 'failed', 'cancelled') THEN
-        RAISE EXCEPTION 'outcome must be open, completed, completed_with_warnings, needs_human_input, blocked, failed or cancelled; got %',
-            quote_literal(p_outcome) USING ERRCODE = '22023';
-    END IF;
-    PERFORM querylayer.page_limit(p_limit, 200);
-    v_after := querylayer.page_after('desk_runs'::text, p_cursor);
-    RETURN querylayer.page('desk_runs'::text, 'runs'::text, p_limit, (
-        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key((r.run).started_at), 'id', (r.run).id,
-                                            'item', querylayer.run_json(r.run) || jsonb_build_object('agent', r.agent))
-                         ORDER BY (r.run).started_at DESC, (r.run).id DESC)
-          FROM (SELECT x AS run, a.handle AS agent
-                  FROM querylayer.runs x JOIN querylayer.agents a ON a.id = x.agent_id
-                  LEFT JOIN querylayer.run_events f ON f.run_id = x.id AND f.kind = 'finished'
-                 WHERE x.site_id = querylayer.ctx_site_id()
-                   AND (p_agent IS NULL OR a.handle = p_agent)
-                   AND (p_since IS NULL OR x.started_at >= p_since)
-                   AND (p_until IS NULL OR x.started_at < p_until)
-                   AND (p_outcome IS NULL OR (p_outcome = 'open' AND f.id IS NULL) OR f.outcome = p_outcome)
-                   AND (v_after.after_id IS NULL
-                        OR (x.started_at, x.id) < (v_after.after_key::timestamptz, v_after.after_id))
-                 ORDER BY x.started_at DESC, x.id DESC LIMIT p_limit + 1) r));
+    RETURN querylayer.runs_page('desk_runs'::text, p_limit, 200, p_cursor, p_outcome, p_agent, p_since, p_until);
 END
 $function$;
 ALTER FUNCTION querylayer_api.console_list_runs(text,text,timestamp with time zone,timestamp with time zone,integer,text) OWNER TO querylayer_owner;
@@ -6561,24 +6615,10 @@ CREATE OR REPLACE FUNCTION querylayer_api.console_revoke_agent_scopes(p_agent te
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_agent  querylayer.agents;
-    v_scopes text[];
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
-    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    DELETE FROM querylayer.agent_site_permissions
-     WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id AND scope = ANY (v_scopes);
-    -- A connection acting with a withdrawn scope right now stops: its sessions end.
-    PERFORM querylayer.end_credential_sessions(c.id)
-       FROM querylayer.connections c
-      WHERE c.site_id = querylayer.ctx_site_id() AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
-        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
-    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('agent', v_agent.handle,
-        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
-                    WHERE site_id = querylayer.ctx_site_id() AND agent_id = v_agent.id));
+    RETURN querylayer.change_agent_scopes(querylayer.ctx_site_id(),
+        querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent), p_scopes, false, NULL::text);
 END
 $function$;
 ALTER FUNCTION querylayer_api.console_revoke_agent_scopes(text,text[]) OWNER TO querylayer_owner;
@@ -6763,10 +6803,8 @@ DECLARE
     v_site  querylayer.sites;
     v_agent querylayer.agents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
+    v_site := querylayer.enter_operator_site(p_site);
     v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
-    PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_connection(v_site.id, v_agent.id, p_name, p_scopes, p_expires_at, p_harness,
                                        'operator:' || querylayer.outer_user(), p_did, p_secret, p_did_proof);
 END
@@ -6784,9 +6822,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN querylayer.issue_delivery_token(v_site.id, p_name, p_expires_at, 'operator:' || querylayer.outer_user());
 END
 $function$;
@@ -6803,9 +6839,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN querylayer.issue_did_challenge(v_site.id, p_did, 'operator:' || querylayer.outer_user());
 END
 $function$;
@@ -6934,10 +6968,8 @@ DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
+    v_site := querylayer.enter_operator_site(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
-    PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_member_token(v_site.id, v_member.id, p_name, p_expires_at, 'operator:' || querylayer.outer_user());
 END
 $function$;
@@ -7127,9 +7159,7 @@ DECLARE
     v_site querylayer.sites;
     v      querylayer.templates;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
         RAISE EXCEPTION 'invalid template name %', coalesce(quote_literal(p_name), 'NULL') USING ERRCODE = '22023';
     END IF;
@@ -7503,22 +7533,12 @@ CREATE OR REPLACE FUNCTION querylayer_api.grant_agent_scopes(p_site text, p_agen
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_site   querylayer.sites;
-    v_agent  querylayer.agents;
-    v_scopes text[];
+    v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    PERFORM querylayer.enter_operator(v_site.id);
-    INSERT INTO querylayer.agent_site_permissions (site_id, organization_id, agent_id, scope, granted_by)
-    SELECT v_site.id, v_site.organization_id, v_agent.id, s, querylayer.outer_user() FROM unnest(v_scopes) AS s
-    ON CONFLICT DO NOTHING;
-    PERFORM querylayer.audit('agent.grant'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
-        'scopes', (SELECT to_jsonb(array_agg(scope ORDER BY scope)) FROM querylayer.agent_site_permissions
-                    WHERE site_id = v_site.id AND agent_id = v_agent.id));
+    v_site := querylayer.enter_operator_site(p_site);
+    RETURN jsonb_build_object('site', v_site.slug)
+        || querylayer.change_agent_scopes(v_site.id, querylayer.agent_by_handle(v_site.organization_id, p_agent),
+                                          p_scopes, true, querylayer.outer_user());
 END
 $function$;
 ALTER FUNCTION querylayer_api.grant_agent_scopes(text,text,text[]) OWNER TO querylayer_owner;
@@ -7563,9 +7583,7 @@ DECLARE
     v_parsed jsonb := querylayer.rights_parse(p_document);
     v        querylayer.rights_documents;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     IF v_parsed->'document' = 'null'::jsonb THEN
         RAISE EXCEPTION 'the rights document is not JSON: %', v_parsed->'problems'->>0 USING ERRCODE = '22023';
     END IF;
@@ -7613,9 +7631,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN querylayer.store_semantic_model(v_site.id, p_document, 'operator:' || querylayer.outer_user(), NULL::uuid)
         || jsonb_build_object('site', v_site.slug);
 END
@@ -7636,9 +7652,7 @@ DECLARE
     o       jsonb;
     n       integer := 0;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     IF jsonb_typeof(p_opportunities) IS DISTINCT FROM 'array' OR jsonb_array_length(p_opportunities) NOT BETWEEN 1 AND 10000 THEN
         RAISE EXCEPTION 'opportunities: an array of 1 to 10000 items is required' USING ERRCODE = '22023';
     END IF;
@@ -7688,8 +7702,7 @@ DECLARE
     v_site   querylayer.sites;
     v_member querylayer.members;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
+    v_site := querylayer.enter_operator_site(p_site);
     IF NOT EXISTS (SELECT 1 FROM querylayer.members WHERE organization_id = v_site.organization_id AND handle = p_member) THEN
         PERFORM querylayer_api.create_member((SELECT slug FROM querylayer.organizations WHERE id = v_site.organization_id),
                                              p_member, p_display_name);
@@ -7697,9 +7710,8 @@ BEGIN
     IF p_role IS NOT NULL THEN
         PERFORM querylayer_api.set_member_role(p_site, p_member, p_role);
     END IF;
-    PERFORM querylayer.enter_operator(NULL::uuid);
+    v_site := querylayer.enter_operator_site(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
-    PERFORM querylayer.enter_operator(v_site.id);
     RETURN querylayer.issue_invitation(v_site.id, v_member.id, p_expires_at, 'operator:' || querylayer.outer_user());
 END
 $function$;
@@ -7716,9 +7728,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN (SELECT coalesce(jsonb_agg(querylayer.checkpoint_json(c) ORDER BY c.seq), '[]')
               FROM (SELECT * FROM querylayer.ledger_checkpoints
                      WHERE site_id = v_site.id AND seq > coalesce(p_after_seq, 0)
@@ -7741,9 +7751,7 @@ DECLARE
     v_sql  text;
     v      bytea;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     SELECT 'SELECT coalesce(string_agg(querylayer.ledger_leaf(chain_seq, tbl, ledger_form, content_sha256), ''''::bytea ORDER BY chain_seq), ''''::bytea) FROM ('
            || string_agg(format('SELECT %L::text AS tbl, chain_seq, ledger_form, content_sha256 FROM %s WHERE site_id = $1 AND chain_seq > $2 AND chain_seq <= $3',
                                 table_name, table_name), ' UNION ALL ') || ') r'
@@ -7800,9 +7808,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN QUERY EXECUTE
         'SELECT jsonb_build_object(''table'', tbl, ''id'', id, ''seq'', chain_seq, ''form'', ledger_form,
                                    ''canonical'', canonical, ''recorded_at'', querylayer.utc_text(recorded))
@@ -7841,6 +7847,57 @@ REVOKE ALL ON FUNCTION querylayer_api.ledger_sites() FROM PUBLIC, querylayer_adm
 GRANT EXECUTE ON FUNCTION querylayer_api.ledger_sites() TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.ledger_sites() TO querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer_api.list_agents(p_organization text DEFAULT NULL::text, p_site text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_org   querylayer.organizations;
+    v_site  querylayer.sites;
+    v_after record;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.page_limit(p_limit);
+    IF (p_organization IS NULL) = (p_site IS NULL) THEN
+        RAISE EXCEPTION 'give exactly one of organization or site' USING ERRCODE = '22023';
+    END IF;
+    v_after := querylayer.page_after('agents'::text, p_cursor);
+    IF p_site IS NULL THEN
+        v_org := querylayer.organization_by_slug(p_organization);
+        RETURN jsonb_build_object('organization', v_org.slug) || querylayer.page('agents'::text, 'agents'::text, p_limit, (
+            SELECT jsonb_agg(jsonb_build_object('key', a.handle, 'id', a.id, 'item', jsonb_build_object(
+                       'agent_id', a.id, 'handle', a.handle, 'kind', a.kind, 'principal', a.principal,
+                       'profile_id', a.profile_id, 'profile_name', a.profile_name,
+                       'created_at', a.created_at)) ORDER BY a.handle, a.id)
+              FROM (SELECT * FROM querylayer.agents x
+                     WHERE x.organization_id = v_org.id
+                       AND (v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id))
+                     ORDER BY x.handle, x.id LIMIT p_limit + 1) a));
+    END IF;
+    v_site := querylayer.enter_operator_site(p_site);
+    RETURN jsonb_build_object('site', v_site.slug) || querylayer.page('agents'::text, 'agents'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', a.handle, 'id', a.id, 'item', jsonb_build_object(
+                   'agent_id', a.id, 'handle', a.handle, 'kind', a.kind, 'principal', a.principal,
+                   'profile_id', a.profile_id, 'profile_name', a.profile_name,
+                   'scopes', to_jsonb(ARRAY(SELECT p.scope FROM querylayer.agent_site_permissions p
+                                             WHERE p.site_id = v_site.id AND p.agent_id = a.id ORDER BY p.scope)),
+                   'active_connections', (SELECT count(*) FROM querylayer.connections c
+                                           WHERE c.site_id = v_site.id AND c.agent_id = a.id AND c.revoked_at IS NULL
+                                             AND c.expires_at > now()),
+                   'created_at', a.created_at)) ORDER BY a.handle, a.id)
+          FROM (SELECT * FROM querylayer.agents x
+                 WHERE x.organization_id = v_site.organization_id
+                   AND EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p WHERE p.site_id = v_site.id AND p.agent_id = x.id)
+                   AND (v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id))
+                 ORDER BY x.handle, x.id LIMIT p_limit + 1) a));
+END
+$function$;
+ALTER FUNCTION querylayer_api.list_agents(text,text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_agents(text,text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_agents(text,text,integer,text) TO querylayer_admin;
+
 CREATE OR REPLACE FUNCTION querylayer_api.list_audit(p_site text DEFAULT NULL::text, p_limit integer DEFAULT 100)
  RETURNS TABLE(at timestamp with time zone, site text, principal_kind text, agent_id uuid, connection_id uuid, member_id uuid, operator_role text, action text, outcome text, target text, detail jsonb)
  LANGUAGE plpgsql
@@ -7853,8 +7910,7 @@ BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
     PERFORM querylayer.page_limit(p_limit);
     IF p_site IS NOT NULL THEN
-        v_site := querylayer.site_by_slug(p_site);
-        PERFORM querylayer.enter_operator(v_site.id);
+        v_site := querylayer.enter_operator_site(p_site);
     END IF;
     RETURN QUERY
     SELECT e.at, v_site.slug, e.principal_kind, e.agent_id, e.connection_id, e.member_id, e.operator_role,
@@ -7877,9 +7933,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN QUERY
     SELECT c.id, c.name, a.handle, c.prefix, c.did, c.scopes,
            ARRAY(SELECT s FROM unnest(c.scopes) s
@@ -8028,8 +8082,7 @@ BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
     PERFORM querylayer.page_limit(p_limit);
     IF p_site IS NOT NULL THEN
-        v_site := querylayer.site_by_slug(p_site);
-        PERFORM querylayer.enter_operator(v_site.id);
+        v_site := querylayer.enter_operator_site(p_site);
     END IF;
     RETURN QUERY SELECT r.at, r.allowed, r.method, r.path, r.profile, r.sender, r.error, r.checks
                    FROM querylayer.envelope_receipts r
@@ -8133,6 +8186,49 @@ REVOKE ALL ON FUNCTION querylayer_api.list_lineage(uuid,integer) FROM PUBLIC, qu
 GRANT EXECUTE ON FUNCTION querylayer_api.list_lineage(uuid,integer) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_lineage(uuid,integer) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.list_members(p_organization text DEFAULT NULL::text, p_site text DEFAULT NULL::text, p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_org   querylayer.organizations;
+    v_site  querylayer.sites;
+    v_after record;
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    PERFORM querylayer.page_limit(p_limit);
+    IF (p_organization IS NULL) = (p_site IS NULL) THEN
+        RAISE EXCEPTION 'give exactly one of organization or site' USING ERRCODE = '22023';
+    END IF;
+    v_after := querylayer.page_after('members'::text, p_cursor);
+    IF p_site IS NULL THEN
+        v_org := querylayer.organization_by_slug(p_organization);
+        RETURN jsonb_build_object('organization', v_org.slug) || querylayer.page('members'::text, 'members'::text, p_limit, (
+            SELECT jsonb_agg(jsonb_build_object('key', m.handle, 'id', m.id, 'item', jsonb_build_object(
+                       'member_id', m.id, 'handle', m.handle, 'display_name', m.display_name,
+                       'created_at', m.created_at)) ORDER BY m.handle, m.id)
+              FROM (SELECT * FROM querylayer.members x
+                     WHERE x.organization_id = v_org.id
+                       AND (v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id))
+                     ORDER BY x.handle, x.id LIMIT p_limit + 1) m));
+    END IF;
+    v_site := querylayer.enter_operator_site(p_site);
+    RETURN jsonb_build_object('site', v_site.slug) || querylayer.page('members'::text, 'members'::text, p_limit, (
+        SELECT jsonb_agg(jsonb_build_object('key', m.handle, 'id', m.id, 'item', jsonb_build_object(
+                   'member_id', m.id, 'handle', m.handle, 'display_name', m.display_name,
+                   'role', m.role, 'granted_at', m.granted_at, 'created_at', m.created_at)) ORDER BY m.handle, m.id)
+          FROM (SELECT x.*, r.role, r.granted_at
+                  FROM querylayer.members x JOIN querylayer.site_members r ON r.member_id = x.id AND r.site_id = v_site.id
+                 WHERE v_after.after_id IS NULL OR (x.handle, x.id) > (v_after.after_key, v_after.after_id)
+                 ORDER BY x.handle, x.id LIMIT p_limit + 1) m));
+END
+$function$;
+ALTER FUNCTION querylayer_api.list_members(text,text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_members(text,text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_members(text,text,integer,text) TO querylayer_admin;
+
 CREATE OR REPLACE FUNCTION querylayer_api.list_proposals(p_state text DEFAULT NULL::text, p_limit integer DEFAULT 50, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -8200,33 +8296,21 @@ REVOKE ALL ON FUNCTION querylayer_api.list_revisions(uuid,integer,text) FROM PUB
 GRANT EXECUTE ON FUNCTION querylayer_api.list_revisions(uuid,integer,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_revisions(uuid,integer,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_cursor text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION querylayer_api.list_runs(p_limit integer DEFAULT 50, p_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_cursor text DEFAULT NULL::text, p_status text DEFAULT NULL::text, p_agent text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_after record;
 BEGIN
     PERFORM querylayer.require_principal('runs:read'::text);
-    PERFORM querylayer.page_limit(p_limit);
-    v_after := querylayer.page_after('runs'::text, p_cursor);
-    RETURN querylayer.page('runs'::text, 'runs'::text, p_limit, (
-        SELECT jsonb_agg(jsonb_build_object('item', querylayer.run_json(r), 'key', querylayer.page_key(r.started_at),
-                                            'id', r.id) ORDER BY r.started_at DESC, r.id DESC)
-          FROM (SELECT * FROM querylayer.runs
-                 WHERE site_id = querylayer.ctx_site_id()
-                   AND (p_before IS NULL OR started_at < p_before)
-                   AND (v_after.after_id IS NULL
-                        OR (started_at, id) < (v_after.after_key::timestamptz, v_after.after_id))
-                 ORDER BY started_at DESC, id DESC LIMIT p_limit + 1) r));
+    RETURN querylayer.runs_page('runs'::text, p_limit, 500, p_cursor, p_status, p_agent, NULL::timestamptz, p_before);
 END
 $function$;
-ALTER FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text,text,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_runs(integer,timestamp with time zone,text,text,text) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.list_templates(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
@@ -8367,9 +8451,7 @@ DECLARE
     v_site querylayer.sites;
     v_n    integer;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     UPDATE querylayer.evidence_jobs SET due_at = now() WHERE site_id = v_site.id AND state = 'due';
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
@@ -8821,9 +8903,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN jsonb_build_object('recorded', querylayer.insert_form_screening(v_site.id, p_events));
 END
 $function$;
@@ -8912,26 +8992,12 @@ CREATE OR REPLACE FUNCTION querylayer_api.revoke_agent_scopes(p_site text, p_age
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_site   querylayer.sites;
-    v_agent  querylayer.agents;
-    v_scopes text[];
+    v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    v_agent := querylayer.agent_by_handle(v_site.organization_id, p_agent);
-    v_scopes := querylayer.normalize_scopes(p_scopes);
-    PERFORM querylayer.enter_operator(v_site.id);
-    DELETE FROM querylayer.agent_site_permissions
-     WHERE site_id = v_site.id AND agent_id = v_agent.id AND scope = ANY (v_scopes);
-    -- A connection acting with a withdrawn scope right now stops: its sessions end.
-    PERFORM querylayer.end_credential_sessions(c.id)
-       FROM querylayer.connections c
-      WHERE c.site_id = v_site.id AND c.agent_id = v_agent.id AND c.revoked_at IS NULL
-        AND c.expires_at > clock_timestamp() AND c.scopes && v_scopes;
-    PERFORM querylayer.audit('agent.revoke'::text, v_agent.id::text, jsonb_build_object('scopes', v_scopes));
-    RETURN jsonb_build_object('site', v_site.slug, 'agent', v_agent.handle,
-        'scopes', (SELECT coalesce(to_jsonb(array_agg(scope ORDER BY scope)), '[]') FROM querylayer.agent_site_permissions
-                    WHERE site_id = v_site.id AND agent_id = v_agent.id));
+    v_site := querylayer.enter_operator_site(p_site);
+    RETURN jsonb_build_object('site', v_site.slug)
+        || querylayer.change_agent_scopes(v_site.id, querylayer.agent_by_handle(v_site.organization_id, p_agent),
+                                          p_scopes, false, NULL::text);
 END
 $function$;
 ALTER FUNCTION querylayer_api.revoke_agent_scopes(text,text,text[]) OWNER TO querylayer_owner;
@@ -9111,8 +9177,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM querylayer.sites WHERE slug = 'demo') THEN
         PERFORM querylayer_api.create_site('demo'::text, 'demo'::text, 'Demo site'::text);
     END IF;
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug('demo'::text);
+    v_site := querylayer.enter_operator_site('demo'::text);
     IF NOT EXISTS (SELECT 1 FROM querylayer.agents WHERE organization_id = v_site.organization_id AND handle = 'demo-agent') THEN
         PERFORM querylayer_api.create_agent('demo'::text, 'demo-agent'::text, 'hermes'::text, 'demo-profile-0001'::text, 'demo'::text,
                                             'did:example:qg-navigator'::text);
@@ -9169,9 +9234,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN querylayer.set_delivery_public(v_site.id, p_public, 'operator:' || querylayer.outer_user());
 END
 $function$;
@@ -9190,13 +9253,11 @@ DECLARE
     v_member querylayer.members;
     v_old    text;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
+    v_site := querylayer.enter_operator_site(p_site);
     v_member := querylayer.member_by_handle(v_site.organization_id, p_member);
     IF p_role IS NOT NULL AND p_role NOT IN ('owner', 'admin', 'editor', 'viewer') THEN
         RAISE EXCEPTION 'role must be owner, admin, editor or viewer; got %', quote_literal(p_role) USING ERRCODE = '22023';
     END IF;
-    PERFORM querylayer.enter_operator(v_site.id);
     SELECT role INTO v_old FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id FOR UPDATE;
     IF p_role IS NULL THEN
         DELETE FROM querylayer.site_members WHERE site_id = v_site.id AND member_id = v_member.id;
@@ -9522,9 +9583,7 @@ AS $function$
 DECLARE
     v_site querylayer.sites;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     RETURN jsonb_build_object('site', v_site.slug) || querylayer.verify_ledger_site(v_site.id);
 END
 $function$;
@@ -9542,9 +9601,7 @@ DECLARE
     v_site    querylayer.sites;
     v_problem jsonb;
 BEGIN
-    PERFORM querylayer.enter_operator(NULL::uuid);
-    v_site := querylayer.site_by_slug(p_site);
-    PERFORM querylayer.enter_operator(v_site.id);
+    v_site := querylayer.enter_operator_site(p_site);
     v_problem := querylayer.live_state_problem(v_site.id);
     RETURN jsonb_build_object('ok', v_problem IS NULL, 'problem', v_problem);
 END
@@ -10953,4 +11010,6 @@ SELECT querylayer.ensure_ledger_form('querylayer.semantic_models', 1::smallint, 
 SELECT querylayer.ensure_ledger_form('querylayer.state_events', 1::smallint, '{actor,cause,decision_id,id,recorded_at,site_id,state,subject,subject_id}');
 
 DROP FUNCTION IF EXISTS querylayer.resolve_connection(uuid);
+
+DROP FUNCTION IF EXISTS querylayer_api.list_runs(integer,timestamp with time zone,text);
 
