@@ -53,7 +53,12 @@ def callback():
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            query = urllib.parse.urlparse(self.path).query
+            url = urllib.parse.urlparse(self.path)
+            if url.path != "/callback":  # the browser's favicon request, for one
+                self.send_response(404)
+                self.end_headers()
+                return
+            query = url.query
             got.clear()
             got.update({k: v[0] for k, v in urllib.parse.parse_qs(query).items()})
             arrived.set()
@@ -78,6 +83,7 @@ def consent_in_browser(driver, url: str, handle: str, password: str, read_only: 
     assert "An application asks to connect" in driver.page_source
     driver.find_element(By.ID, "site").clear()
     driver.find_element(By.ID, "site").send_keys("demo")
+    driver.find_element(By.ID, "handle").clear()
     driver.find_element(By.ID, "handle").send_keys(handle)
     driver.find_element(By.ID, "password").send_keys(password)
     click_and_wait(driver, driver.find_element(By.CSS_SELECTOR, "main form button[type=submit]"))
@@ -108,6 +114,7 @@ def test_the_python_sdk_connects_by_itself_refreshes_and_is_revoked(browser, cal
     async def callback_handler() -> AuthorizationCodeResult:
         assert await asyncio.to_thread(arrived.wait, 30), "the browser never reached the redirect URI"
         assert "code" in got, got
+        harness.issued(got["code"])
         return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
 
     provider = OAuthClientProvider(
