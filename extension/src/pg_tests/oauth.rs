@@ -273,4 +273,37 @@ mod tests {
         );
         expect_sqlstate("UPDATE querylayer.oauth_grants SET scopes = '{site:read,content:write}'", "QL423");
     }
+
+    #[pg_test]
+    fn a_connection_revoked_in_the_dashboard_ends_its_grant_and_a_withdrawn_scope_too() {
+        let (_, owner) = demo();
+        let client = register();
+        let code = consent(&owner, &client, "{site:read}");
+        let t = redeem(&code, &client, REDIRECT, VERIFIER, RESOURCE);
+        assert_eq!(t["ok"], true, "{t}");
+        // An owner revokes the connection where every connection is listed.
+        as_member(&owner);
+        json(&format!(
+            "SELECT querylayer_api.console_revoke_connection('{}', 'not this one')",
+            t["connection_id"].as_str().unwrap()
+        ));
+        let r = refresh(t["refresh_token"].as_str().unwrap(), &client);
+        assert_eq!(r["reason"], "connection revoked", "{r}");
+        assert_eq!(
+            text("SELECT count(*)::text FROM querylayer.oauth_grants WHERE revoked_at IS NOT NULL"),
+            "1"
+        );
+
+        // A second grant; the agent then loses the scope: the next refresh ends the grant.
+        let code = consent(&owner, &client, "{site:read}");
+        let t = redeem(&code, &client, REDIRECT, VERIFIER, RESOURCE);
+        assert_eq!(t["ok"], true, "{t}");
+        Spi::run("SELECT querylayer_api.revoke_agent_scopes('demo', 'demo-agent', '{site:read}')").unwrap();
+        let r = refresh(t["refresh_token"].as_str().unwrap(), &client);
+        assert_eq!(r["reason"], "the agent no longer holds the scopes", "{r}");
+        assert_eq!(
+            text("SELECT count(*)::text FROM querylayer.oauth_grants WHERE revoked_at IS NOT NULL"),
+            "2"
+        );
+    }
 }
