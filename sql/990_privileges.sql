@@ -58,7 +58,9 @@ GRANT EXECUTE ON FUNCTION querylayer_api.authenticate, querylayer_api.authentica
     querylayer_api.authenticate_envelope, querylayer_api.verify_envelope,
     -- The dashboard (sign-in, invitations) and the delivery API (sql/175, sql/180).
     querylayer_api.sign_in, querylayer_api.invitation, querylayer_api.accept_invitation,
-    querylayer_api.authenticate_delivery, querylayer_api.record_failed_delivery_authentication
+    querylayer_api.authenticate_delivery, querylayer_api.record_failed_delivery_authentication,
+    -- The OAuth token and revocation endpoints (sql/190_oauth.sql, extension/src/oauth.rs).
+    querylayer_api.oauth_redeem_code, querylayer_api.oauth_refresh, querylayer_api.oauth_revoke_refresh
     TO querylayer_edge;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA querylayer_api TO querylayer_admin;
 

@@ -3,7 +3,8 @@
 //! does an MCP server exist for the request. A connection this edge authenticated moments ago
 //! is admitted without a round trip: its tool calls authenticate in their own statement, and
 //! anything else it sends is confirmed in the database first (`confirm`). Every failure is the
-//! same 401. Also the protected-resource metadata (RFC 9728) that the 401 challenge points to.
+//! same 401. Also the protected-resource metadata (RFC 9728) that the 401 challenge points to,
+//! which names the edge itself as the authorization server (the `oauth` module).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -141,7 +142,8 @@ pub const SCOPES: &[&str] = &[
 ];
 
 /// `/.well-known/oauth-protected-resource` (and the RFC 9728 path-suffixed form for `/mcp`).
-/// There is no authorization server: operators and owners issue connection secrets.
+/// The authorization server is the edge itself, at its public URL (the `oauth` module); operators
+/// and owners may still issue connection secrets by hand.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/.well-known/oauth-protected-resource", get(resource_metadata))
@@ -152,6 +154,7 @@ async fn resource_metadata(State(state): State<AppState>) -> impl IntoResponse {
     Json(json!({
         "resource": state.config.resource_url(),
         "resource_name": "QueryLayer",
+        "authorization_servers": [state.config.public_url],
         "bearer_methods_supported": ["header"],
         "scopes_supported": SCOPES,
     }))

@@ -31,6 +31,7 @@ pub mod listener;
 pub mod llm;
 pub mod mcp;
 pub mod metrics;
+pub mod oauth;
 pub mod pgtls;
 pub mod rate;
 pub mod state;
@@ -59,13 +60,18 @@ pub fn app(state: AppState) -> Router {
     }
     let plain = plain.route_layer(middleware::from_fn_with_state(state.clone(), body::strict_body));
     // The dashboard takes HTML forms and the delivery API only reads: neither takes JSON bodies.
-    let governed = mcp::router(&state).merge(plain).merge(dashboard::router()).merge(delivery::router());
+    let governed = mcp::router(&state)
+        .merge(plain)
+        .merge(dashboard::router())
+        .merge(oauth::pages())
+        .merge(delivery::router());
     let guarded = governed
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_auth_failures))
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::check_host_and_origin));
     Router::new()
         .merge(guarded)
         .merge(auth::router())
+        .merge(oauth::router())
         .merge(health::router())
         .route("/.well-known/agent-card.json", axum::routing::get(v1::agent_card))
         .route(card::DOCUMENTATION_PATH, axum::routing::get(card::documentation))

@@ -9,6 +9,7 @@ mod envelopes;
 mod health;
 mod ledger;
 mod lifecycle;
+mod oauth;
 mod partitions;
 mod retention;
 mod secrets;
@@ -115,6 +116,7 @@ extension_sql_file!(
         ledger::ledger_sign_checkpoint
     ]
 );
+extension_sql_file!("../../sql/190_oauth.sql", name = "oauth", requires = ["checkpoints"]);
 extension_sql_file!("../../sql/990_privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -27,8 +27,9 @@ pub(crate) fn base64url(bytes: &[u8]) -> String {
 fn new_secret(
     kind: &str,
 ) -> TableIterator<'static, (name!(secret, String), name!(fingerprint, Vec<u8>), name!(prefix, String))> {
-    // qlc connection, qlm member token, qls dashboard session, qli invitation, qld delivery token.
-    if !matches!(kind, "qlc" | "qlm" | "qls" | "qli" | "qld") {
+    // qlc connection, qlm member token, qls dashboard session, qli invitation, qld delivery token,
+    // qla OAuth authorization code, qlr OAuth refresh token.
+    if !matches!(kind, "qlc" | "qlm" | "qls" | "qli" | "qld" | "qla" | "qlr") {
         error!("querylayer: unknown secret kind {kind:?}");
     }
     let mut raw = [0u8; 32];

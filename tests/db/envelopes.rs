@@ -118,6 +118,10 @@ fn an_envelope_for_one_route_runs_nothing_else_in_its_transaction() {
                                       -- (strict: NULL arguments prove nothing; checked below).
                                       'sign_in', 'invitation', 'accept_invitation', 'authenticate_session',
                                       'authenticate_delivery', 'record_failed_delivery_authentication',
+                                      -- The OAuth token endpoint's own authentications (checked
+                                      -- below) and its registration and client lookup (no context).
+                                      'oauth_redeem_code', 'oauth_refresh', 'oauth_revoke_refresh',
+                                      'oauth_register_client', 'oauth_client',
                                       -- An agent's tool call authenticates itself (checked below).
                                       'open_tool_call', 'record_refused_tool_call',
                                       -- No context at all: readiness and the published limits.
@@ -165,6 +169,8 @@ fn an_envelope_for_one_route_runs_nothing_else_in_its_transaction() {
         "SELECT querylayer_api.authenticate_session(sha256('qls_x'::bytea), NULL::text)",
         "SELECT querylayer_api.open_tool_call(sha256('qlc_x'::bytea), 'querylayer_begin_run'::text)",
         "SELECT querylayer_api.record_refused_tool_call(sha256('qlc_x'::bytea), 'querylayer_begin_run'::text, 1, 'forbidden'::text)",
+        "SELECT querylayer_api.oauth_redeem_code(sha256('qla_x'::bytea), 'c'::text, 'r'::text, 'v'::text, 'x'::text)",
+        "SELECT querylayer_api.oauth_refresh(sha256('qlr_x'::bytea), 'c'::text, NULL::text)",
     ] {
         let mut sp = tx.transaction().unwrap();
         let err = sp.query(sql, &[]).expect_err(sql);

@@ -142,8 +142,15 @@ pub async fn sign_in_form(params: Params) -> Response {
         None,
         "",
         json!({"title": "Sign in", "site": param(&params, "site"), "handle": param(&params, "member"),
+               "next": param(&params, "next").filter(|n| sign_in_next(n)),
                "flash": signed_out.then_some("You are signed out.")}),
     )
+}
+
+/// Where a sign-in may continue besides the inbox: an OAuth authorization request waiting for
+/// the member (`oauth::consent`). Nothing else, so the link cannot redirect anywhere.
+fn sign_in_next(next: &str) -> bool {
+    next.starts_with("/authorize?") && !next.contains(['\\', '\r', '\n'])
 }
 
 /// Signs in: a new session every time (a cookie presented before is never reused), or the same
@@ -169,7 +176,8 @@ pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, body: By
     match result {
         Ok(v) if v["ok"] == true => {
             let secret = v["secret"].as_str().unwrap_or_default();
-            let mut response = see_other("/inbox");
+            let next = form.text("next").filter(|n| sign_in_next(n)).unwrap_or_else(|| "/inbox".into());
+            let mut response = see_other(&next);
             response.headers_mut().insert(header::SET_COOKIE, session_cookie(&state, secret));
             tracing::info!(session_id = v["session_id"].as_str(), "signed in");
             response
@@ -181,7 +189,8 @@ pub async fn sign_in(State(state): State<AppState>, headers: HeaderMap, body: By
                 "sign_in.html",
                 None,
                 "",
-                json!({"title": "Sign in", "failed": true, "site": site, "handle": handle}),
+                json!({"title": "Sign in", "failed": true, "site": site, "handle": handle,
+                       "next": form.text("next").filter(|n| sign_in_next(n))}),
             )
         }
         Err(e) => error_page(&state, None, &e, "/sign-in"),

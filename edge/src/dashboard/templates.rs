@@ -37,6 +37,7 @@ const TEMPLATES: &[(&str, &str)] = templates![
     "members.html",
     "delivery.html",
     "docs.html",
+    "consent.html",
 ];
 
 fn environment() -> &'static Environment<'static> {

@@ -22,6 +22,7 @@ mod idempotency;
 mod identity;
 mod ledger;
 mod limits;
+mod oauth;
 mod proposals;
 mod reading;
 mod retention;
