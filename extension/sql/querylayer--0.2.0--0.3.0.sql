@@ -25,6 +25,81 @@ DROP FUNCTION IF EXISTS querylayer_api.list_runs(integer, timestamptz, text);
 -- tool call. The 0.3.0 library never calls the function, so it goes.
 DROP FUNCTION querylayer.resolve_connection(uuid);
 
+-- (a) sql/upgrades/0.3.0/18-oauth.pre.sql
+
+-- Issue 18: OAuth 2.1 for MCP clients (sql/190_oauth.sql): registered clients, authorization
+-- codes, grants and refresh tokens. Before the functions, whose signatures name the row types of
+-- the codes and grants. Guard triggers and the lookup policies are re-applied from the fresh
+-- install.
+
+-- A client registered through dynamic client registration (RFC 7591). Public clients only (no
+-- client secret): PKCE binds the code to the client that asked for it.
+CREATE TABLE querylayer.oauth_clients (
+    client_id     text PRIMARY KEY CHECK (client_id ~ '^qlo_[0-9a-f]{32}$'),
+    client_name   text NOT NULL CHECK (client_name ~ '^[^[:cntrl:]]{1,120}$'),
+    redirect_uris text[] NOT NULL CHECK (cardinality(redirect_uris) BETWEEN 1 AND 8),
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+SELECT querylayer.make_append_only('querylayer.oauth_clients'::regclass);
+
+-- An authorization code: what the member consented to, bound to the client, the redirect URI,
+-- the PKCE challenge (S256) and the resource. Single use, sixty seconds.
+CREATE TABLE querylayer.oauth_codes (
+    code_sha256     bytea PRIMARY KEY CHECK (length(code_sha256) = 32),
+    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT,
+    client_id       text NOT NULL REFERENCES querylayer.oauth_clients ON DELETE RESTRICT,
+    redirect_uri    text NOT NULL CHECK (length(redirect_uri) <= 512),
+    code_challenge  text NOT NULL CHECK (code_challenge ~ '^[A-Za-z0-9_-]{43}$'),
+    resource        text NOT NULL CHECK (length(resource) <= 512),
+    member_id       uuid NOT NULL REFERENCES querylayer.members ON DELETE RESTRICT,
+    agent_id        uuid NOT NULL REFERENCES querylayer.agents ON DELETE RESTRICT,
+    scopes          text[] NOT NULL CHECK (cardinality(scopes) > 0),
+    grant_expires_at timestamptz NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    expires_at      timestamptz NOT NULL DEFAULT now() + interval '60 seconds',
+    used_at         timestamptz,
+    grant_id        uuid,
+    CHECK (expires_at <= created_at + interval '10 minutes')
+);
+SELECT querylayer.isolate_by_site('querylayer.oauth_codes'::regclass);
+
+-- A grant: one member's consent for one client, alive until it expires or is revoked. Its
+-- connection is the one whose secret is the current access token.
+CREATE TABLE querylayer.oauth_grants (
+    id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT,
+    client_id       text NOT NULL REFERENCES querylayer.oauth_clients ON DELETE RESTRICT,
+    member_id       uuid NOT NULL REFERENCES querylayer.members ON DELETE RESTRICT,
+    agent_id        uuid NOT NULL REFERENCES querylayer.agents ON DELETE RESTRICT,
+    scopes          text[] NOT NULL CHECK (cardinality(scopes) > 0),
+    resource        text NOT NULL,
+    connection_id   uuid NOT NULL REFERENCES querylayer.connections ON DELETE RESTRICT,
+    generation      integer NOT NULL DEFAULT 1 CHECK (generation > 0),
+    expires_at      timestamptz NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    revoked_at      timestamptz,
+    revoked_reason  text
+);
+SELECT querylayer.isolate_by_site('querylayer.oauth_grants'::regclass);
+
+-- Refresh tokens: one live per grant; a spent one presented again revokes the grant.
+CREATE TABLE querylayer.oauth_refresh_tokens (
+    token_sha256    bytea PRIMARY KEY CHECK (length(token_sha256) = 32),
+    grant_id        uuid NOT NULL REFERENCES querylayer.oauth_grants ON DELETE RESTRICT,
+    site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    organization_id uuid NOT NULL REFERENCES querylayer.organizations ON DELETE RESTRICT,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    spent_at        timestamptz
+);
+SELECT querylayer.isolate_by_site('querylayer.oauth_refresh_tokens'::regclass);
+CREATE INDEX oauth_refresh_tokens_grant ON querylayer.oauth_refresh_tokens (grant_id);
+SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_clients'::regclass, '');
+SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_codes'::regclass, '');
+SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_grants'::regclass, '');
+SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_refresh_tokens'::regclass, '');
+
 -- (b) the functions of a fresh 0.3.0 install
 
 CREATE OR REPLACE FUNCTION querylayer.acting_principal()
@@ -3207,6 +3282,318 @@ $function$;
 ALTER FUNCTION querylayer.normalize_scopes(text[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.normalize_scopes(text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.oauth_issue_first(p_grant querylayer.oauth_grants, p_code querylayer.oauth_codes)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_conn    jsonb;
+    v_refresh record;
+    v_expires timestamptz := least(now() + interval '1 hour', p_grant.expires_at);
+BEGIN
+    v_conn := querylayer.issue_connection(p_grant.site_id, p_grant.agent_id, 'oauth ' || p_grant.id::text,
+                                          p_grant.scopes, v_expires, 'oauth'::text,
+                                          'member:' || p_grant.member_id::text);
+    INSERT INTO querylayer.oauth_grants (id, site_id, organization_id, client_id, member_id, agent_id, scopes, resource,
+                                         connection_id, expires_at)
+    VALUES (p_grant.id, p_grant.site_id, p_grant.organization_id, p_code.client_id, p_grant.member_id, p_grant.agent_id,
+            p_grant.scopes, p_code.resource, (v_conn->>'connection_id')::uuid, p_grant.expires_at)
+    RETURNING * INTO p_grant;
+    SELECT * INTO v_refresh FROM querylayer.new_secret('qlr'::text);
+    INSERT INTO querylayer.oauth_refresh_tokens (token_sha256, grant_id, site_id, organization_id)
+    VALUES (v_refresh.fingerprint, p_grant.id, p_grant.site_id, p_grant.organization_id);
+    RETURN querylayer.oauth_token_answer(p_grant, v_conn, v_refresh.secret, v_expires);
+END
+$function$;
+ALTER FUNCTION querylayer.oauth_issue_first(querylayer.oauth_grants,querylayer.oauth_codes) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_issue_first(querylayer.oauth_grants,querylayer.oauth_codes) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_redeem_code(p_code_sha256 bytea, p_client_id text, p_redirect_uri text, p_code_verifier text, p_resource text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_code   querylayer.oauth_codes;
+    v_grant  querylayer.oauth_grants;
+    v_tokens jsonb;
+BEGIN
+    SELECT * INTO v_code FROM querylayer.oauth_codes WHERE code_sha256 = p_code_sha256 FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN querylayer.oauth_refused('unknown code'::text);
+    END IF;
+    IF v_code.used_at IS NOT NULL THEN
+        IF v_code.grant_id IS NOT NULL THEN
+            PERFORM querylayer.oauth_revoke_grant(v_code.grant_id, 'oauth: authorization code reused'::text);
+        END IF;
+        RETURN querylayer.oauth_refused('code reused'::text, jsonb_build_object('client_id', v_code.client_id, 'grant_id', v_code.grant_id));
+    END IF;
+    IF v_code.expires_at <= clock_timestamp() THEN
+        RETURN querylayer.oauth_refused('code expired'::text, jsonb_build_object('client_id', v_code.client_id));
+    END IF;
+    IF p_client_id IS DISTINCT FROM v_code.client_id THEN
+        RETURN querylayer.oauth_refused('another client'::text, jsonb_build_object('client_id', v_code.client_id));
+    END IF;
+    IF p_redirect_uri IS DISTINCT FROM v_code.redirect_uri THEN
+        RETURN querylayer.oauth_refused('redirect_uri differs'::text, jsonb_build_object('client_id', v_code.client_id));
+    END IF;
+    IF p_code_verifier IS NULL OR p_code_verifier !~ '^[A-Za-z0-9._~-]{43,128}$'
+       OR querylayer.pkce_s256(p_code_verifier) <> v_code.code_challenge THEN
+        RETURN querylayer.oauth_refused('wrong code_verifier'::text, jsonb_build_object('client_id', v_code.client_id));
+    END IF;
+    IF p_resource IS DISTINCT FROM v_code.resource THEN
+        RETURN querylayer.oauth_refused('resource differs'::text, jsonb_build_object('client_id', v_code.client_id));
+    END IF;
+    -- The code is spent before anything is issued: a concurrent redemption waits on the row lock
+    -- above and then finds it used.
+    v_grant.id := gen_random_uuid();
+    UPDATE querylayer.oauth_codes SET used_at = now(), grant_id = v_grant.id WHERE code_sha256 = p_code_sha256;
+    v_grant.site_id := v_code.site_id;
+    v_grant.organization_id := v_code.organization_id;
+    v_grant.agent_id := v_code.agent_id;
+    v_grant.member_id := v_code.member_id;
+    v_grant.scopes := v_code.scopes;
+    v_grant.expires_at := v_code.grant_expires_at;
+    BEGIN
+        v_tokens := querylayer.oauth_issue_first(v_grant, v_code);
+    EXCEPTION WHEN SQLSTATE 'QL403' THEN
+        -- The agent lost a consented scope since (the connection trigger refused): no grant.
+        RETURN querylayer.oauth_refused('the agent no longer holds the scopes'::text,
+                                        jsonb_build_object('client_id', v_code.client_id, 'error', SQLERRM));
+    END;
+    PERFORM querylayer.audit('oauth.grant'::text, v_grant.id::text,
+        jsonb_build_object('client_id', v_code.client_id, 'member_id', v_code.member_id, 'agent_id', v_code.agent_id,
+                           'scopes', v_code.scopes, 'connection_id', v_tokens->'connection_id',
+                           'expires_at', v_code.grant_expires_at));
+    RETURN v_tokens;
+END
+$function$;
+ALTER FUNCTION querylayer.oauth_redeem_code(bytea,text,text,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_redeem_code(bytea,text,text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_redirect_uri_matches(p_registered text[], p_uri text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT p_uri = ANY (p_registered)
+        OR (p_uri ~ '^http://(127\.0\.0\.1|\[::1\]|localhost)(:[0-9]{1,5})?(/|$)'
+            AND EXISTS (SELECT 1 FROM unnest(p_registered) r
+                         WHERE regexp_replace(r, '^(http://(127\.0\.0\.1|\[::1\]|localhost))(:[0-9]{1,5})?', '\1')
+                             = regexp_replace(p_uri, '^(http://(127\.0\.0\.1|\[::1\]|localhost))(:[0-9]{1,5})?', '\1')))
+$function$;
+ALTER FUNCTION querylayer.oauth_redirect_uri_matches(text[],text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_redirect_uri_matches(text[],text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_redirect_uri_valid(p_uri text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT p_uri IS NOT NULL AND length(p_uri) <= 512 AND p_uri !~ '[[:space:][:cntrl:]#]'
+       AND (p_uri ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^@]*)?$'
+            OR p_uri ~ '^http://(127\.0\.0\.1|\[::1\]|localhost)(:[0-9]{1,5})?(/[^@]*)?$')
+$function$;
+ALTER FUNCTION querylayer.oauth_redirect_uri_valid(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_redirect_uri_valid(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_refused(p_reason text, p_detail jsonb DEFAULT '{}'::jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.audit('oauth.token'::text, NULL::text, coalesce(p_detail, '{}') || jsonb_build_object('reason', p_reason),
+                             'denied'::text);
+    RETURN jsonb_build_object('ok', false, 'error', 'invalid_grant', 'reason', p_reason);
+END
+$function$;
+ALTER FUNCTION querylayer.oauth_refused(text,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_refused(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_revoke_by_refresh(p_token_sha256 bytea, p_client_id text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_grant_id uuid;
+    v_client   text;
+BEGIN
+    SELECT t.grant_id, g.client_id INTO v_grant_id, v_client
+      FROM querylayer.oauth_refresh_tokens t JOIN querylayer.oauth_grants g ON g.id = t.grant_id
+     WHERE t.token_sha256 = p_token_sha256;
+    IF v_grant_id IS NOT NULL AND (p_client_id IS NULL OR p_client_id = v_client) THEN
+        PERFORM querylayer.oauth_revoke_grant(v_grant_id, 'oauth: revoked by the client'::text);
+    END IF;
+    RETURN jsonb_build_object('ok', true);
+END
+$function$;
+ALTER FUNCTION querylayer.oauth_revoke_by_refresh(bytea,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_revoke_by_refresh(bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_revoke_grant(p_grant_id uuid, p_reason text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_grant querylayer.oauth_grants;
+BEGIN
+    SELECT * INTO v_grant FROM querylayer.oauth_grants WHERE id = p_grant_id;
+    IF NOT FOUND OR v_grant.revoked_at IS NOT NULL THEN
+        RETURN;
+    END IF;
+    UPDATE querylayer.oauth_grants SET revoked_at = now(), revoked_reason = p_reason WHERE id = p_grant_id;
+    PERFORM querylayer.revoke_credential('querylayer.connections'::regclass, v_grant.connection_id, p_reason);
+    PERFORM querylayer.audit('oauth.revoke'::text, p_grant_id::text,
+        jsonb_build_object('client_id', v_grant.client_id, 'connection_id', v_grant.connection_id, 'reason', p_reason));
+END
+$function$;
+ALTER FUNCTION querylayer.oauth_revoke_grant(uuid,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_revoke_grant(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_rotate(p_grant querylayer.oauth_grants)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_conn    jsonb;
+    v_refresh record;
+    v_expires timestamptz := least(now() + interval '1 hour', p_grant.expires_at);
+BEGIN
+    PERFORM querylayer.revoke_credential('querylayer.connections'::regclass, p_grant.connection_id,
+                                         'oauth: refreshed'::text);
+    v_conn := querylayer.issue_connection(p_grant.site_id, p_grant.agent_id, 'oauth ' || p_grant.id::text,
+                                          p_grant.scopes, v_expires, 'oauth'::text,
+                                          'member:' || p_grant.member_id::text);
+    UPDATE querylayer.oauth_grants SET connection_id = (v_conn->>'connection_id')::uuid, generation = generation + 1
+     WHERE id = p_grant.id;
+    SELECT * INTO v_refresh FROM querylayer.new_secret('qlr'::text);
+    INSERT INTO querylayer.oauth_refresh_tokens (token_sha256, grant_id, site_id, organization_id)
+    VALUES (v_refresh.fingerprint, p_grant.id, p_grant.site_id, p_grant.organization_id);
+    RETURN querylayer.oauth_token_answer(p_grant, v_conn, v_refresh.secret, v_expires);
+END
+$function$;
+ALTER FUNCTION querylayer.oauth_rotate(querylayer.oauth_grants) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_rotate(querylayer.oauth_grants) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_rows_guard()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION '% are never deleted', TG_TABLE_NAME USING ERRCODE = 'QL423';
+    END IF;
+    IF TG_TABLE_NAME = 'oauth_codes' THEN
+        IF OLD.used_at IS NOT NULL THEN
+            RAISE EXCEPTION 'this authorization code was already used' USING ERRCODE = 'QL409';
+        END IF;
+        IF (to_jsonb(NEW) - 'used_at' - 'grant_id') IS DISTINCT FROM (to_jsonb(OLD) - 'used_at' - 'grant_id')
+           OR NEW.used_at IS NULL THEN
+            RAISE EXCEPTION 'only its one use may change an authorization code' USING ERRCODE = 'QL423';
+        END IF;
+    ELSIF TG_TABLE_NAME = 'oauth_refresh_tokens' THEN
+        IF OLD.spent_at IS NOT NULL THEN
+            RAISE EXCEPTION 'this refresh token was already spent' USING ERRCODE = 'QL409';
+        END IF;
+        IF (to_jsonb(NEW) - 'spent_at') IS DISTINCT FROM (to_jsonb(OLD) - 'spent_at') OR NEW.spent_at IS NULL THEN
+            RAISE EXCEPTION 'only spending may change a refresh token' USING ERRCODE = 'QL423';
+        END IF;
+    ELSE
+        IF OLD.revoked_at IS NOT NULL THEN
+            RAISE EXCEPTION 'this grant is already revoked' USING ERRCODE = 'QL409';
+        END IF;
+        IF (to_jsonb(NEW) - 'revoked_at' - 'revoked_reason' - 'connection_id' - 'generation')
+               IS DISTINCT FROM (to_jsonb(OLD) - 'revoked_at' - 'revoked_reason' - 'connection_id' - 'generation')
+           OR NEW.generation NOT IN (OLD.generation, OLD.generation + 1)
+           OR (NEW.revoked_at IS NULL AND NEW.generation = OLD.generation) THEN
+            RAISE EXCEPTION 'a grant only moves to its next connection or is revoked' USING ERRCODE = 'QL423';
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$function$;
+ALTER FUNCTION querylayer.oauth_rows_guard() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_rows_guard() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_token_answer(p_grant querylayer.oauth_grants, p_conn jsonb, p_refresh text, p_expires timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT jsonb_build_object(
+        'ok', true, 'grant_id', p_grant.id, 'connection_id', p_conn->'connection_id',
+        'access_token', p_conn->'secret', 'token_type', 'Bearer',
+        'expires_in', greatest(1, floor(extract(epoch FROM p_expires - now())))::bigint,
+        'refresh_token', p_refresh, 'scope', array_to_string(p_grant.scopes, ' '))
+$function$;
+ALTER FUNCTION querylayer.oauth_token_answer(querylayer.oauth_grants,jsonb,text,timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_token_answer(querylayer.oauth_grants,jsonb,text,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_use_refresh(p_token_sha256 bytea, p_client_id text, p_resource text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_token  querylayer.oauth_refresh_tokens;
+    v_grant  querylayer.oauth_grants;
+    v_tokens jsonb;
+BEGIN
+    SELECT * INTO v_token FROM querylayer.oauth_refresh_tokens WHERE token_sha256 = p_token_sha256 FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN querylayer.oauth_refused('unknown refresh token'::text);
+    END IF;
+    SELECT * INTO v_grant FROM querylayer.oauth_grants WHERE id = v_token.grant_id FOR UPDATE;
+    IF v_token.spent_at IS NOT NULL THEN
+        PERFORM querylayer.audit('oauth.refresh_reuse'::text, v_grant.id::text,
+            jsonb_build_object('client_id', v_grant.client_id, 'connection_id', v_grant.connection_id), 'denied'::text);
+        PERFORM querylayer.oauth_revoke_grant(v_grant.id, 'oauth: refresh token reused'::text);
+        RETURN jsonb_build_object('ok', false, 'error', 'invalid_grant', 'reason', 'refresh token reused');
+    END IF;
+    IF v_grant.revoked_at IS NOT NULL THEN
+        RETURN querylayer.oauth_refused('grant revoked'::text, jsonb_build_object('grant_id', v_grant.id));
+    END IF;
+    IF EXISTS (SELECT 1 FROM querylayer.connections c WHERE c.id = v_grant.connection_id AND c.revoked_at IS NOT NULL) THEN
+        -- Its connection was revoked (the dashboard, an operator): the grant ends with it.
+        PERFORM querylayer.oauth_revoke_grant(v_grant.id, 'oauth: connection revoked'::text);
+        RETURN querylayer.oauth_refused('connection revoked'::text, jsonb_build_object('grant_id', v_grant.id));
+    END IF;
+    IF v_grant.expires_at <= clock_timestamp() THEN
+        RETURN querylayer.oauth_refused('grant expired'::text, jsonb_build_object('grant_id', v_grant.id));
+    END IF;
+    IF p_client_id IS DISTINCT FROM v_grant.client_id THEN
+        RETURN querylayer.oauth_refused('another client'::text, jsonb_build_object('grant_id', v_grant.id));
+    END IF;
+    IF p_resource IS NOT NULL AND p_resource IS DISTINCT FROM v_grant.resource THEN
+        RETURN querylayer.oauth_refused('resource differs'::text, jsonb_build_object('grant_id', v_grant.id));
+    END IF;
+    UPDATE querylayer.oauth_refresh_tokens SET spent_at = now() WHERE token_sha256 = p_token_sha256;
+    BEGIN
+        v_tokens := querylayer.oauth_rotate(v_grant);
+    EXCEPTION WHEN SQLSTATE 'QL403' THEN
+        -- The agent lost a scope of the grant since the consent: the grant ends.
+        PERFORM querylayer.oauth_revoke_grant(v_grant.id, 'oauth: the agent no longer holds the scopes'::text);
+        RETURN querylayer.oauth_refused('the agent no longer holds the scopes'::text,
+                                        jsonb_build_object('grant_id', v_grant.id, 'error', SQLERRM));
+    END;
+    PERFORM querylayer.audit('oauth.refresh'::text, v_grant.id::text,
+        jsonb_build_object('client_id', v_grant.client_id, 'connection_id', v_tokens->'connection_id',
+                           'previous_connection_id', v_grant.connection_id));
+    RETURN v_tokens;
+END
+$function$;
+ALTER FUNCTION querylayer.oauth_use_refresh(bytea,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_use_refresh(bytea,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.open_member_session(p_site_id uuid, p_member_id uuid)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3411,6 +3798,17 @@ END
 $function$;
 ALTER FUNCTION querylayer.payload_uuid(jsonb,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.payload_uuid(jsonb,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.pkce_s256(p_verifier text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT rtrim(translate(encode(sha256(convert_to(p_verifier, 'UTF8')), 'base64'), E'+/\n', '-_'), '=')
+$function$;
+ALTER FUNCTION querylayer.pkce_s256(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.pkce_s256(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.plan_json(p_plan_id uuid)
  RETURNS jsonb
@@ -8461,6 +8859,177 @@ ALTER FUNCTION querylayer_api.make_evidence_jobs_due(text) OWNER TO querylayer_o
 REVOKE ALL ON FUNCTION querylayer_api.make_evidence_jobs_due(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.make_evidence_jobs_due(text) TO querylayer_admin;
 
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_client(p_client_id text, p_redirect_uri text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_client querylayer.oauth_clients;
+BEGIN
+    SELECT * INTO v_client FROM querylayer.oauth_clients WHERE client_id = p_client_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'client_id: no such client' USING ERRCODE = '22023';
+    END IF;
+    RETURN jsonb_build_object('client_id', v_client.client_id, 'client_name', v_client.client_name,
+                              'redirect_uri_ok', querylayer.oauth_redirect_uri_matches(v_client.redirect_uris, p_redirect_uri));
+END
+$function$;
+ALTER FUNCTION querylayer_api.oauth_client(text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_client(text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_client(text,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_client(text,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_consent(p_client_id text, p_redirect_uri text, p_code_challenge text, p_code_challenge_method text, p_resource text, p_agent text, p_scopes text[], p_expires_at timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_client  querylayer.oauth_clients;
+    v_agent   querylayer.agents;
+    v_scopes  text[];
+    v_missing text[];
+    v_new     record;
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
+    SELECT * INTO v_client FROM querylayer.oauth_clients WHERE client_id = p_client_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'client_id: no such client' USING ERRCODE = '22023';
+    END IF;
+    IF NOT querylayer.oauth_redirect_uri_matches(v_client.redirect_uris, p_redirect_uri) THEN
+        RAISE EXCEPTION 'redirect_uri: not one the client registered' USING ERRCODE = '22023';
+    END IF;
+    IF p_code_challenge_method IS DISTINCT FROM 'S256' OR p_code_challenge IS NULL
+       OR p_code_challenge !~ '^[A-Za-z0-9_-]{43}$' THEN
+        RAISE EXCEPTION 'code_challenge: a PKCE S256 challenge is required' USING ERRCODE = '22023';
+    END IF;
+    IF p_resource IS NULL OR p_resource = '' THEN
+        RAISE EXCEPTION 'resource: the resource indicator is required' USING ERRCODE = '22023';
+    END IF;
+    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
+    v_scopes := querylayer.normalize_scopes(p_scopes);
+    SELECT array_agg(s ORDER BY s) INTO v_missing
+      FROM unnest(v_scopes) AS s
+     WHERE NOT EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
+                        WHERE p.site_id = querylayer.ctx_site_id() AND p.agent_id = v_agent.id AND p.scope = s);
+    IF v_missing IS NOT NULL THEN
+        RAISE EXCEPTION 'the agent does not hold % on this site: %',
+            CASE WHEN cardinality(v_missing) = 1 THEN 'this scope' ELSE 'these scopes' END,
+            array_to_string(v_missing, ', ')
+            USING ERRCODE = 'QL403', HINT = 'consent cannot give more than the agent holds; grant the permission first';
+    END IF;
+    SELECT * INTO v_new FROM querylayer.new_secret('qla'::text);
+    INSERT INTO querylayer.oauth_codes (code_sha256, site_id, organization_id, client_id, redirect_uri, code_challenge,
+                                        resource, member_id, agent_id, scopes, grant_expires_at)
+    VALUES (v_new.fingerprint, querylayer.ctx_site_id(), querylayer.ctx_organization_id(), v_client.client_id,
+            p_redirect_uri, p_code_challenge, p_resource, querylayer.ctx_member_id(), v_agent.id, v_scopes,
+            querylayer.check_expiry(p_expires_at));
+    PERFORM querylayer.audit('oauth.consent'::text, v_client.client_id,
+        jsonb_build_object('client_name', v_client.client_name, 'agent_id', v_agent.id, 'scopes', v_scopes,
+                           'expires_at', p_expires_at));
+    RETURN jsonb_build_object('code', v_new.secret, 'agent', v_agent.handle, 'scopes', to_jsonb(v_scopes));
+END
+$function$;
+ALTER FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_redeem_code(fingerprint bytea, client_id text, redirect_uri text, code_verifier text, resource text)
+ RETURNS jsonb
+ LANGUAGE c
+ STRICT SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$oauth_redeem_code_wrapper$function$;
+ALTER FUNCTION querylayer_api.oauth_redeem_code(bytea,text,text,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_redeem_code(bytea,text,text,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_redeem_code(bytea,text,text,text,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_redeem_code(bytea,text,text,text,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_refresh(fingerprint bytea, client_id text, resource text)
+ RETURNS jsonb
+ LANGUAGE c
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$oauth_refresh_wrapper$function$;
+ALTER FUNCTION querylayer_api.oauth_refresh(bytea,text,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_refresh(bytea,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_refresh(bytea,text,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_refresh(bytea,text,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_register_client(p_client_name text, p_redirect_uris text[])
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_client querylayer.oauth_clients;
+    v_bad    text;
+BEGIN
+    IF p_redirect_uris IS NULL OR cardinality(p_redirect_uris) NOT BETWEEN 1 AND 8 THEN
+        RAISE EXCEPTION 'redirect_uris: one to eight redirect URIs are required' USING ERRCODE = '22023';
+    END IF;
+    SELECT u INTO v_bad FROM unnest(p_redirect_uris) u WHERE NOT querylayer.oauth_redirect_uri_valid(u) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'redirect_uris: % is neither https nor a loopback http URI', left(coalesce(v_bad, 'NULL'), 200)
+            USING ERRCODE = '22023', HINT = 'native clients use http://127.0.0.1:<port>/… (RFC 8252)';
+    END IF;
+    INSERT INTO querylayer.oauth_clients (client_id, client_name, redirect_uris)
+    VALUES ('qlo_' || replace(gen_random_uuid()::text, '-', ''),
+            coalesce(nullif(btrim(regexp_replace(coalesce(p_client_name, ''), '[[:cntrl:]]', '', 'g')), ''), 'unnamed client'),
+            p_redirect_uris)
+    RETURNING * INTO v_client;
+    RETURN jsonb_build_object('client_id', v_client.client_id, 'client_name', v_client.client_name,
+                              'redirect_uris', to_jsonb(v_client.redirect_uris),
+                              'client_id_issued_at', extract(epoch FROM v_client.created_at)::bigint);
+END
+$function$;
+ALTER FUNCTION querylayer_api.oauth_register_client(text,text[]) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_register_client(text,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_register_client(text,text[]) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_register_client(text,text[]) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_revoke_current()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_grant_id uuid;
+BEGIN
+    PERFORM querylayer.require_connection(NULL::text);
+    SELECT id INTO v_grant_id FROM querylayer.oauth_grants
+     WHERE connection_id = querylayer.ctx_connection_id() AND revoked_at IS NULL;
+    IF v_grant_id IS NOT NULL THEN
+        PERFORM querylayer.oauth_revoke_grant(v_grant_id, 'oauth: revoked by the client'::text);
+    ELSE
+        PERFORM querylayer.revoke_credential('querylayer.connections'::regclass, querylayer.ctx_connection_id(),
+                                             'oauth: revoked by the client'::text);
+    END IF;
+    RETURN jsonb_build_object('ok', true);
+END
+$function$;
+ALTER FUNCTION querylayer_api.oauth_revoke_current() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_revoke_current() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_revoke_current() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_revoke_current() TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_revoke_refresh(fingerprint bytea, client_id text)
+ RETURNS jsonb
+ LANGUAGE c
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS 'querylayer', $function$oauth_revoke_refresh_wrapper$function$;
+ALTER FUNCTION querylayer_api.oauth_revoke_refresh(bytea,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_revoke_refresh(bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_revoke_refresh(bytea,text) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_revoke_refresh(bytea,text) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.open_tool_call(p_fingerprint bytea, p_tool text, p_idempotency_key text DEFAULT NULL::text, p_request_sha256 bytea DEFAULT NULL::bytea)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -10011,6 +10580,26 @@ ALTER TABLE querylayer.members ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.members FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.members FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+ALTER TABLE querylayer.oauth_clients OWNER TO querylayer_owner;
+ALTER TABLE querylayer.oauth_clients DISABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.oauth_clients NO FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.oauth_clients FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.oauth_codes OWNER TO querylayer_owner;
+ALTER TABLE querylayer.oauth_codes ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.oauth_codes FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.oauth_codes FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.oauth_grants OWNER TO querylayer_owner;
+ALTER TABLE querylayer.oauth_grants ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.oauth_grants FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.oauth_grants FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.oauth_refresh_tokens OWNER TO querylayer_owner;
+ALTER TABLE querylayer.oauth_refresh_tokens ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.oauth_refresh_tokens FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.oauth_refresh_tokens FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.organizations OWNER TO querylayer_owner;
 ALTER TABLE querylayer.organizations ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.organizations FORCE ROW LEVEL SECURITY;
@@ -10420,6 +11009,30 @@ ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER member_tokens_guard;
 CREATE OR REPLACE TRIGGER member_tokens_no_truncate BEFORE TRUNCATE ON querylayer.member_tokens FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER member_tokens_no_truncate;
 
+CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.oauth_clients FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.oauth_clients ENABLE ALWAYS TRIGGER append_only_row;
+
+CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.oauth_clients FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.oauth_clients ENABLE ALWAYS TRIGGER append_only_truncate;
+
+CREATE OR REPLACE TRIGGER oauth_codes_guard BEFORE DELETE OR UPDATE ON querylayer.oauth_codes FOR EACH ROW EXECUTE FUNCTION querylayer.oauth_rows_guard();
+ALTER TABLE querylayer.oauth_codes ENABLE ALWAYS TRIGGER oauth_codes_guard;
+
+CREATE OR REPLACE TRIGGER oauth_codes_no_truncate BEFORE TRUNCATE ON querylayer.oauth_codes FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.oauth_codes ENABLE ALWAYS TRIGGER oauth_codes_no_truncate;
+
+CREATE OR REPLACE TRIGGER oauth_grants_guard BEFORE DELETE OR UPDATE ON querylayer.oauth_grants FOR EACH ROW EXECUTE FUNCTION querylayer.oauth_rows_guard();
+ALTER TABLE querylayer.oauth_grants ENABLE ALWAYS TRIGGER oauth_grants_guard;
+
+CREATE OR REPLACE TRIGGER oauth_grants_no_truncate BEFORE TRUNCATE ON querylayer.oauth_grants FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.oauth_grants ENABLE ALWAYS TRIGGER oauth_grants_no_truncate;
+
+CREATE OR REPLACE TRIGGER oauth_refresh_tokens_guard BEFORE DELETE OR UPDATE ON querylayer.oauth_refresh_tokens FOR EACH ROW EXECUTE FUNCTION querylayer.oauth_rows_guard();
+ALTER TABLE querylayer.oauth_refresh_tokens ENABLE ALWAYS TRIGGER oauth_refresh_tokens_guard;
+
+CREATE OR REPLACE TRIGGER oauth_refresh_tokens_no_truncate BEFORE TRUNCATE ON querylayer.oauth_refresh_tokens FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.oauth_refresh_tokens ENABLE ALWAYS TRIGGER oauth_refresh_tokens_no_truncate;
+
 CREATE OR REPLACE TRIGGER aa_decision_guard BEFORE INSERT ON querylayer.proposal_decisions FOR EACH ROW EXECUTE FUNCTION querylayer.decision_guard();
 ALTER TABLE querylayer.proposal_decisions ENABLE ALWAYS TRIGGER aa_decision_guard;
 
@@ -10757,6 +11370,21 @@ CREATE POLICY site_isolation ON querylayer.member_tokens AS PERMISSIVE FOR ALL T
 DROP POLICY IF EXISTS organization_isolation ON querylayer.members;
 CREATE POLICY organization_isolation ON querylayer.members AS PERMISSIVE FOR ALL TO PUBLIC USING ((querylayer.ctx_is_operator() OR (organization_id = querylayer.ctx_organization_id()))) WITH CHECK ((querylayer.ctx_is_operator() OR (organization_id = querylayer.ctx_organization_id())));
 
+DROP POLICY IF EXISTS oauth_code_lookup ON querylayer.oauth_codes;
+CREATE POLICY oauth_code_lookup ON querylayer.oauth_codes AS PERMISSIVE FOR SELECT TO PUBLIC USING ((code_sha256 = querylayer.ctx_presented_fingerprint()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.oauth_codes;
+CREATE POLICY site_isolation ON querylayer.oauth_codes AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.oauth_grants;
+CREATE POLICY site_isolation ON querylayer.oauth_grants AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
+DROP POLICY IF EXISTS oauth_refresh_lookup ON querylayer.oauth_refresh_tokens;
+CREATE POLICY oauth_refresh_lookup ON querylayer.oauth_refresh_tokens AS PERMISSIVE FOR SELECT TO PUBLIC USING ((token_sha256 = querylayer.ctx_presented_fingerprint()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.oauth_refresh_tokens;
+CREATE POLICY site_isolation ON querylayer.oauth_refresh_tokens AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
 DROP POLICY IF EXISTS organization_isolation ON querylayer.organizations;
 CREATE POLICY organization_isolation ON querylayer.organizations AS PERMISSIVE FOR ALL TO PUBLIC USING ((querylayer.ctx_is_operator() OR (id = querylayer.ctx_organization_id()))) WITH CHECK ((querylayer.ctx_is_operator() OR (id = querylayer.ctx_organization_id())));
 
@@ -10914,6 +11542,14 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.member_sessions', '');
 SELECT pg_catalog.pg_extension_config_dump('querylayer.member_tokens', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.members', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_clients', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_codes', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_grants', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_refresh_tokens', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.organizations', '');
 
