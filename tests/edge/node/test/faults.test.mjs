@@ -9,6 +9,19 @@ import { connect, mint, structured } from "../harness.mjs";
 
 const RETRY_LATER = -32010;
 
+test("a write retried with its idempotency key takes effect once", async () => {
+  const client = await connect(mint().secret);
+  const args = { run_type: "retry.ts", input: { marker: randomUUID() }, idempotency_key: randomUUID() };
+  const first = structured(await client.callTool({ name: "querylayer_begin_run", arguments: args }));
+  const again = await client.callTool({ name: "querylayer_begin_run", arguments: args });
+  assert.equal(structured(again).run_id, first.run_id);
+  assert.equal(again._meta["querylayer/idempotent-replay"], true);
+  await client.close();
+});
+
+// The burst runs last: after it, a request on one of the burst's pooled sockets has been seen to
+// fail with "other side closed" (docs/edge.md, "Known limits"); the idempotency test must not
+// depend on that.
 test("over its rate a connection gets the retry-later error, with retry_after", async () => {
   const client = await connect(mint().secret);
   const outcomes = await Promise.allSettled(Array.from({ length: 80 }, () => client.listTools()));
@@ -20,15 +33,5 @@ test("over its rate a connection gets the retry-later error, with retry_after", 
     assert.equal(error.data.code, "rate_limited");
     assert.ok(error.data.retry_after >= 1);
   }
-  await client.close();
-});
-
-test("a write retried with its idempotency key takes effect once", async () => {
-  const client = await connect(mint().secret);
-  const args = { run_type: "retry.ts", input: { marker: randomUUID() }, idempotency_key: randomUUID() };
-  const first = structured(await client.callTool({ name: "querylayer_begin_run", arguments: args }));
-  const again = await client.callTool({ name: "querylayer_begin_run", arguments: args });
-  assert.equal(structured(again).run_id, first.run_id);
-  assert.equal(again._meta["querylayer/idempotent-replay"], true);
   await client.close();
 });
