@@ -19,9 +19,10 @@ test("a write retried with its idempotency key takes effect once", async () => {
   await client.close();
 });
 
-// The burst runs last: after it, a request on one of the burst's pooled sockets has been seen to
-// fail with "other side closed" (docs/edge.md, "Known limits"); the idempotency test must not
-// depend on that.
+// The burst runs last: the SDK's work on 80 answers keeps this process busy for about 10 s, long
+// enough for the edge to close the pooled sockets' idle keep-alive connections before the pool
+// notices, and a POST on such a socket fails with "other side closed" (docs/edge.md, "Keep-alive
+// and a busy client"). The idempotency test must not depend on that.
 test("over its rate a connection gets the retry-later error, with retry_after", async () => {
   const client = await connect(mint().secret);
   const outcomes = await Promise.allSettled(Array.from({ length: 80 }, () => client.listTools()));
