@@ -112,8 +112,8 @@ install_extension() {
 }
 
 # The released version an upgrade starts from, and its commit.
-PREVIOUS_VERSION=0.2.0
-PREVIOUS_COMMIT=51fe0f2
+PREVIOUS_VERSION=0.3.0
+PREVIOUS_COMMIT=346c5b5
 
 # The commit of each earlier release: the upgrade tier also upgrades each older one, through
 # every upgrade script in turn, to this version.
@@ -121,6 +121,7 @@ release_commit() {
     case $1 in
         0.1.0) echo 2db22fd ;;
         0.2.0) echo 51fe0f2 ;;
+        0.3.0) echo 346c5b5 ;;
         *) echo "no release $1" >&2; return 1 ;;
     esac
 }

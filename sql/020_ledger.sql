@@ -7,15 +7,45 @@
 -- hash of the site's previous record (prev_sha256) and its own record hash
 -- record_sha256 = sha256(prev_sha256 || content_sha256); chain_seq numbers a site's records.
 --
+-- A record's link (chain_seq, prev_sha256, record_sha256) is normally computed as it is inserted,
+-- by the writer that holds the site's head. A writer that finds the head held by another
+-- transaction does not wait for it: it records the form and content hash, leaves the link empty
+-- and names the record in ledger_pending; the next holder of the head seals it (fills its link)
+-- once it has committed, in the order the records were written. Sealing is the one change a
+-- chained record ever takes: forbid_change admits it only under the seal mark, which only the
+-- extension's Rust code sets (querylayer.ledger_seal), and only as a link filled in once. Every
+-- record committed before another was written precedes it in the chain (docs/ledger.md, "Writers
+-- of one site").
+--
 -- The canonical form of a record is versioned: ledger_forms names, per chained table, the fields
 -- each form hashes, and every record says its form (ledger_form). content_sha256 is the SHA-256
 -- of the UTF-8 text of the JSON object holding exactly those fields, as jsonb prints it (keys by
 -- length then bytewise, ", " and ": " separators, timestamps in UTC), so adding a column opens a
 -- new form and never changes how an earlier record verifies. docs/operations.md has the rules.
 
+-- Whether an UPDATE of a chained record (rows as jsonb) only fills its empty link, correctly: the
+-- link columns go from NULL to a record hash of the previous one and the record's content hash,
+-- and nothing else changes. (A table without link columns never qualifies.)
+CREATE FUNCTION querylayer.is_seal(p_old jsonb, p_new jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(p_old->'chain_seq' = 'null'::jsonb AND p_old->'prev_sha256' = 'null'::jsonb
+               AND p_old->'record_sha256' = 'null'::jsonb
+               AND jsonb_typeof(p_new->'chain_seq') = 'number'
+               AND left(p_new->>'prev_sha256', 2) = '\x' AND left(p_new->>'record_sha256', 2) = '\x'
+               AND left(p_new->>'content_sha256', 2) = '\x'
+               AND p_old - ARRAY['chain_seq', 'prev_sha256', 'record_sha256'] = p_new - ARRAY['chain_seq', 'prev_sha256', 'record_sha256']
+               AND pg_catalog.decode(substr(p_new->>'record_sha256', 3), 'hex')
+                   = pg_catalog.sha256(pg_catalog.decode(substr(p_new->>'prev_sha256', 3), 'hex')
+                                       || pg_catalog.decode(substr(p_new->>'content_sha256', 3), 'hex')), false)
+$$;
+
 CREATE FUNCTION querylayer.forbid_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- The one exception: the sealer filling a pending record's link (see the top of this file).
+    IF TG_OP = 'UPDATE' AND querylayer.ledger_sealing() AND querylayer.is_seal(to_jsonb(OLD), to_jsonb(NEW)) THEN
+        RETURN NEW;
+    END IF;
     RAISE EXCEPTION '%.% is append-only: % is refused', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP
         USING ERRCODE = 'QL423',
               HINT = 'records here are immutable; append a new record instead';
@@ -41,6 +71,19 @@ CREATE TABLE querylayer.ledger_heads (
     head    bytea  NOT NULL,
     prev    bytea
 );
+
+-- The records whose link is still empty, one row each, in the order they were written
+-- (querylayer.ledger_pending_order, drawn without a lock): what the next holder of the site's head
+-- seals once they have committed. Operators see every site's (the worker seals them all).
+CREATE SEQUENCE querylayer.ledger_pending_order AS bigint;
+CREATE TABLE querylayer.ledger_pending (
+    site_id    uuid NOT NULL,
+    written    bigint NOT NULL DEFAULT nextval('querylayer.ledger_pending_order'),
+    table_name text NOT NULL,
+    record_id  uuid NOT NULL UNIQUE,
+    PRIMARY KEY (site_id, written)
+);
+ALTER SEQUENCE querylayer.ledger_pending_order OWNED BY querylayer.ledger_pending.written;
 
 -- The chained tables, in no particular order (verification merges them by chain_seq).
 CREATE TABLE querylayer.ledger_tables (
@@ -118,12 +161,13 @@ BEGIN
 END
 $$;
 
--- A site's history takes one writer at a time: its ledger_heads row. The wait for that row is
--- bounded (setting ledger_lock_timeout_ms, 5 s by default): past it the call fails with QL503, a
--- retryable "busy", so a transaction that holds one site's history cannot make the writers of
--- that site hold their connections until the statement timeout. An uncontended row (or one this
--- transaction already holds) is taken at once, without the subtransaction the bounded wait needs
--- to turn a lock timeout into QL503; only a writer that finds the row held pays for it.
+-- A site's head (its ledger_heads row) has one holder at a time. Writers never wait for it (a
+-- writer that finds it held leaves its record pending, chain_append); a sealer that must seal now
+-- (a checkpoint, seal_ledger) waits, bounded by the setting ledger_lock_timeout_ms (5 s by
+-- default): past it the call fails with QL503, a retryable "busy", so a transaction that holds one
+-- site's history cannot hold the sealer's connection until the statement timeout. An uncontended
+-- row (or one this transaction already holds) is taken at once, without the subtransaction the
+-- bounded wait needs to turn a lock timeout into QL503.
 CREATE FUNCTION querylayer.lock_ledger_head(p_site uuid) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -156,14 +200,14 @@ DECLARE
     v_form    smallint;
     v_fields  text[];
     v_row     jsonb;
-    v_content bytea;
 BEGIN
     -- (restoring() is false unless session_replication_role is replica: tested here first, as
     -- this runs for every chained insert.)
     IF pg_catalog.current_setting('session_replication_role') = 'replica' AND querylayer.restoring() THEN
-        -- A restored record keeps the chain it was dumped with; verify_ledger proves it.
-        IF NEW.chain_seq IS NULL OR NEW.prev_sha256 IS NULL OR NEW.content_sha256 IS NULL
-           OR NEW.record_sha256 IS NULL OR NEW.ledger_form IS NULL
+        -- A restored record keeps the chain it was dumped with (a pending one its empty link and
+        -- its ledger_pending row, restored beside it); verify_ledger proves it.
+        IF NEW.content_sha256 IS NULL OR NEW.ledger_form IS NULL
+           OR (NEW.chain_seq IS NULL) <> (NEW.record_sha256 IS NULL) OR (NEW.chain_seq IS NULL) <> (NEW.prev_sha256 IS NULL)
            OR NEW.record_sha256 <> pg_catalog.sha256(NEW.prev_sha256 || NEW.content_sha256) THEN
             RAISE EXCEPTION 'a restored record of %.% must carry its chain columns, linked', TG_TABLE_SCHEMA, TG_TABLE_NAME
                 USING ERRCODE = 'QL423';
@@ -179,20 +223,122 @@ BEGIN
         PERFORM querylayer.newest_ledger_form(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));  -- raises QL422
     END IF;
     NEW.ledger_form := v_form;
+    NEW.chain_seq := NULL;
+    NEW.prev_sha256 := NULL;
+    NEW.record_sha256 := NULL;
     v_row := to_jsonb(NEW);
-    v_content := pg_catalog.sha256(pg_catalog.convert_to(
+    NEW.content_sha256 := pg_catalog.sha256(pg_catalog.convert_to(
         (v_row - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(v_row) AS k WHERE NOT (k = ANY (v_fields))))::text,
         'UTF8'));
-    PERFORM querylayer.lock_ledger_head(NEW.site_id);
+    -- The head, if nobody else holds it (this transaction may already): then what others left
+    -- pending and have committed is sealed first, and this record is linked now.
+    PERFORM 1 FROM querylayer.ledger_heads WHERE site_id = NEW.site_id FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM querylayer.ledger_heads WHERE site_id = NEW.site_id) THEN
+            RAISE EXCEPTION 'site % has no ledger', NEW.site_id USING ERRCODE = 'QL404';
+        END IF;
+        -- Another transaction holds it: no waiting; the record is sealed after this one commits.
+        INSERT INTO querylayer.ledger_pending (site_id, table_name, record_id)
+        VALUES (NEW.site_id, format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), NEW.id);
+        RETURN NEW;
+    END IF;
+    IF EXISTS (SELECT 1 FROM querylayer.ledger_pending WHERE site_id = NEW.site_id) THEN
+        PERFORM querylayer.seal_now(NEW.site_id, querylayer.seal_batch(), false);
+    END IF;
     UPDATE querylayer.ledger_heads h
-       SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || v_content)
+       SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || NEW.content_sha256)
      WHERE h.site_id = NEW.site_id
     RETURNING h.seq, h.prev, h.head INTO NEW.chain_seq, NEW.prev_sha256, NEW.record_sha256;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'site % has no ledger', NEW.site_id USING ERRCODE = 'QL404';
-    END IF;
-    NEW.content_sha256 := v_content;
     RETURN NEW;
+END
+$$;
+
+-- The most pending records one seal pass takes (a writer holding the head seals at most this
+-- many before its own record; the worker and seal_ledger take batch after batch).
+CREATE FUNCTION querylayer.seal_batch() RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$ SELECT 1000 $$;
+
+-- Seals p_site's committed pending records, at most p_max, in the order they were written: each
+-- takes the next number of the site's chain and links to the record before it, and the head
+-- moves once. Effective only under the seal mark (querylayer.ledger_seal, the only caller; without
+-- it forbid_change refuses the first UPDATE). Takes the site's head, waiting for it unbounded:
+-- callers take it first (chain_append, seal_site). Returns {"sealed": how many, "missing": the
+-- first entry whose record is not there to seal, or null}. A missing record (removed behind the
+-- triggers) is passed over, so the site's writers go on; seal_now refuses it for the callers that
+-- must not go on past a broken ledger (the error is raised there: its code would not survive the
+-- extension's Rust frame in between).
+CREATE FUNCTION querylayer.seal_pending(p_site uuid, p_max integer) RETURNS jsonb
+LANGUAGE plpgsql SET bytea_output = 'hex' AS $$
+DECLARE
+    v_seq     bigint;
+    v_head    bytea;
+    v_prev    bytea;
+    v_rec     bytea;
+    v_done    bigint[] := '{}';
+    v_missing jsonb;
+    r         record;
+BEGIN
+    SELECT h.seq, h.head, h.prev INTO v_seq, v_head, v_prev
+      FROM querylayer.ledger_heads h WHERE h.site_id = p_site FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('sealed', 0, 'missing', NULL);
+    END IF;
+    FOR r IN SELECT p.written, p.table_name, p.record_id FROM querylayer.ledger_pending p
+              WHERE p.site_id = p_site ORDER BY p.written LIMIT greatest(coalesce(p_max, 1), 1) LOOP
+        v_rec := NULL;
+        EXECUTE format('UPDATE %s SET chain_seq = $1, prev_sha256 = $2, record_sha256 = pg_catalog.sha256($2 || content_sha256)
+                         WHERE id = $3 AND site_id = $4 AND chain_seq IS NULL RETURNING record_sha256', r.table_name)
+           INTO v_rec USING v_seq + 1, v_head, r.record_id, p_site;
+        IF v_rec IS NULL THEN
+            -- Its record was removed behind the triggers: left for verify_ledger to name.
+            v_missing := coalesce(v_missing, jsonb_build_object('table', r.table_name, 'id', r.record_id));
+            CONTINUE;
+        END IF;
+        v_seq := v_seq + 1;
+        v_prev := v_head;
+        v_head := v_rec;
+        v_done := v_done || r.written;
+    END LOOP;
+    IF cardinality(v_done) > 0 THEN
+        DELETE FROM querylayer.ledger_pending WHERE site_id = p_site AND written = ANY (v_done);
+        UPDATE querylayer.ledger_heads SET seq = v_seq, prev = v_prev, head = v_head WHERE site_id = p_site;
+    END IF;
+    RETURN jsonb_build_object('sealed', cardinality(v_done), 'missing', v_missing);
+END
+$$;
+
+-- Seals at most p_max of p_site's committed pending records now (the caller holds the head). With
+-- p_strict, refuses a pending entry whose record is gone (QLL09): checkpoints and seal_ledger are
+-- never made over a broken ledger. Returns how many it sealed.
+CREATE FUNCTION querylayer.seal_now(p_site uuid, p_max integer, p_strict boolean DEFAULT true) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v jsonb := querylayer.ledger_seal(p_site, p_max);
+BEGIN
+    IF p_strict AND v->'missing' <> 'null'::jsonb THEN
+        RAISE EXCEPTION 'site %: the pending record % of % is not there to seal', p_site, v->'missing'->>'id', v->'missing'->>'table'
+            USING ERRCODE = 'QLL09', HINT = 'run querylayer ledger verify against the witnesses to see what changed';
+    END IF;
+    RETURN (v->>'sealed')::integer;
+END
+$$;
+
+-- Seals every committed pending record of p_site now, batch after batch: takes the site's head
+-- with the bounded wait of lock_ledger_head (QL503 past it). For checkpoints and seal_ledger.
+-- Returns how many it sealed.
+CREATE FUNCTION querylayer.seal_site(p_site uuid) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n     integer;
+    v_total bigint := 0;
+BEGIN
+    PERFORM querylayer.lock_ledger_head(p_site);
+    LOOP
+        v_n := querylayer.seal_now(p_site, querylayer.seal_batch());
+        v_total := v_total + v_n;
+        EXIT WHEN v_n < querylayer.seal_batch();
+    END LOOP;
+    RETURN v_total;
 END
 $$;
 
@@ -256,18 +402,29 @@ BEGIN
 END
 $$;
 
--- Makes a table (with site_id and id) append-only and chained: adds the chain columns, numbers
--- each site's records uniquely, hashes every insert, and registers form 1 (every other column).
+-- Makes a table (with site_id and id) append-only and chained: adds the chain columns (the link
+-- empty, all three columns, while the record is pending), numbers each site's records uniquely,
+-- hashes every insert, and registers form 1 (every other column).
 CREATE FUNCTION querylayer.make_chained(p_table regclass) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                    WHERE a.attrelid = p_table AND a.attname = 'id' AND a.atttypid = 'uuid'::regtype AND NOT a.attisdropped) THEN
+        RAISE EXCEPTION '% needs an id of type uuid to be chained (ledger_pending names records by it)', p_table
+            USING ERRCODE = '22023';
+    END IF;
     EXECUTE format('ALTER TABLE %s
-                        ADD COLUMN chain_seq bigint NOT NULL,
-                        ADD COLUMN prev_sha256 bytea NOT NULL,
+                        ADD COLUMN chain_seq bigint,
+                        ADD COLUMN prev_sha256 bytea,
                         ADD COLUMN content_sha256 bytea NOT NULL,
-                        ADD COLUMN record_sha256 bytea NOT NULL,
+                        ADD COLUMN record_sha256 bytea,
                         ADD COLUMN ledger_form smallint NOT NULL,
-                        ADD UNIQUE (site_id, chain_seq)', p_table);
+                        ADD CONSTRAINT chain_link_whole CHECK ((chain_seq IS NULL) = (prev_sha256 IS NULL)
+                                                               AND (chain_seq IS NULL) = (record_sha256 IS NULL))', p_table);
+    -- One record per number of a site's chain. Partial, so that chain_seq is not a key column:
+    -- sealing a record then locks its row FOR NO KEY UPDATE, which the foreign-key checks of
+    -- writers that name the record (FOR KEY SHARE) do not wait for.
+    EXECUTE format('CREATE UNIQUE INDEX ON %s (site_id, chain_seq) WHERE chain_seq IS NOT NULL', p_table);
     PERFORM querylayer.make_append_only(p_table);
     -- "zz_": row triggers fire in name order, and the hash must see the final row.
     EXECUTE format('CREATE TRIGGER zz_chain BEFORE INSERT ON %s
@@ -282,47 +439,70 @@ END
 $$;
 
 -- Walks a site's chain in order and reports the first broken link, if any. Each record is read
--- by its own form.
+-- by its own form. Pending records (their link still empty, committed but not yet sealed) follow
+-- the chain: each must match its content hash and be named in ledger_pending, and every entry
+-- there must name one of them; they are counted as "pending".
 CREATE FUNCTION querylayer.verify_ledger_site(p_site uuid) RETURNS jsonb
-LANGUAGE plpgsql
+LANGUAGE plpgsql STABLE  -- one snapshot for every statement: the records, the entries and the head agree
 SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' SET bytea_output = 'hex' SET extra_float_digits = 1 AS $$
 DECLARE
     v_sql     text;
     r         record;
     v_prev    bytea  := querylayer.ledger_genesis(p_site);
     v_seq     bigint := 0;
+    v_pending bigint := 0;
+    v_entries bigint;
     v_problem text;
     v_head    querylayer.ledger_heads;
 BEGIN
     SELECT string_agg(format(
              'SELECT %L AS tbl, t.id::text AS id, t.chain_seq, t.prev_sha256, t.content_sha256, t.record_sha256,
                      t.ledger_form, f.form IS NOT NULL AS known_form,
-                     querylayer.ledger_content(to_jsonb(t), f.fields) AS recomputed
+                     querylayer.ledger_content(to_jsonb(t), f.fields) AS recomputed, p.written
                 FROM %s t LEFT JOIN querylayer.ledger_forms f ON f.table_name = %L AND f.form = t.ledger_form
+                LEFT JOIN querylayer.ledger_pending p ON p.record_id = t.id AND p.site_id = t.site_id
                WHERE t.site_id = $1', table_name, table_name, table_name), ' UNION ALL ' ORDER BY table_name)
       INTO v_sql FROM querylayer.ledger_tables;
-    FOR r IN EXECUTE v_sql || ' ORDER BY chain_seq' USING p_site LOOP
-        v_problem := CASE
-            WHEN r.chain_seq <> v_seq + 1 THEN format('record %s is missing or out of order', v_seq + 1)
-            WHEN r.prev_sha256 IS DISTINCT FROM v_prev THEN 'prev_sha256 does not match the previous record'
-            WHEN NOT r.known_form THEN format('unknown ledger form %s', r.ledger_form)
-            WHEN r.recomputed IS DISTINCT FROM r.content_sha256 THEN 'content does not match content_sha256 (record edited)'
-            WHEN pg_catalog.sha256(v_prev || r.content_sha256) IS DISTINCT FROM r.record_sha256 THEN 'record_sha256 does not match'
-        END;
-        IF v_problem IS NOT NULL THEN
-            RETURN jsonb_build_object('ok', false, 'checked', v_seq,
-                'broken', jsonb_build_object('table', r.tbl, 'id', r.id, 'chain_seq', r.chain_seq, 'problem', v_problem));
+    FOR r IN EXECUTE v_sql || ' ORDER BY chain_seq NULLS LAST, written' USING p_site LOOP
+        IF r.chain_seq IS NULL THEN
+            v_problem := CASE
+                WHEN r.written IS NULL THEN 'the record is not in the chain and waits for no seal (its ledger_pending entry is gone)'
+                WHEN NOT r.known_form THEN format('unknown ledger form %s', r.ledger_form)
+                WHEN r.recomputed IS DISTINCT FROM r.content_sha256 THEN 'content does not match content_sha256 (record edited)'
+            END;
+            v_pending := v_pending + 1;
+        ELSE
+            v_problem := CASE
+                WHEN r.chain_seq <> v_seq + 1 THEN format('record %s is missing or out of order', v_seq + 1)
+                WHEN r.prev_sha256 IS DISTINCT FROM v_prev THEN 'prev_sha256 does not match the previous record'
+                WHEN NOT r.known_form THEN format('unknown ledger form %s', r.ledger_form)
+                WHEN r.recomputed IS DISTINCT FROM r.content_sha256 THEN 'content does not match content_sha256 (record edited)'
+                WHEN pg_catalog.sha256(v_prev || r.content_sha256) IS DISTINCT FROM r.record_sha256 THEN 'record_sha256 does not match'
+                WHEN r.written IS NOT NULL THEN 'the record is sealed but still named as pending'
+            END;
         END IF;
-        v_prev := r.record_sha256;
-        v_seq := r.chain_seq;
+        IF v_problem IS NOT NULL THEN
+            RETURN jsonb_build_object('ok', false, 'checked', v_seq, 'pending', v_pending,
+                'broken', jsonb_build_object('table', r.tbl, 'id', r.id, 'chain_seq', coalesce(r.chain_seq, v_seq + 1), 'problem', v_problem));
+        END IF;
+        IF r.chain_seq IS NOT NULL THEN
+            v_prev := r.record_sha256;
+            v_seq := r.chain_seq;
+        END IF;
     END LOOP;
+    SELECT count(*) INTO v_entries FROM querylayer.ledger_pending WHERE site_id = p_site;
+    IF v_entries <> v_pending THEN
+        RETURN jsonb_build_object('ok', false, 'checked', v_seq, 'pending', v_pending,
+            'broken', jsonb_build_object('table', NULL, 'id', NULL, 'chain_seq', v_seq + 1,
+                'problem', format('%s records wait to be sealed, but ledger_pending names %s: a pending record is missing', v_pending, v_entries)));
+    END IF;
     SELECT * INTO v_head FROM querylayer.ledger_heads WHERE site_id = p_site;
     IF v_head.seq IS DISTINCT FROM v_seq OR v_head.head IS DISTINCT FROM v_prev THEN
-        RETURN jsonb_build_object('ok', false, 'checked', v_seq,
+        RETURN jsonb_build_object('ok', false, 'checked', v_seq, 'pending', v_pending,
             'broken', jsonb_build_object('table', NULL, 'id', NULL, 'chain_seq', v_seq + 1,
                 'problem', format('the ledger head says %s records; records after %s are missing', v_head.seq, v_seq)));
     END IF;
-    RETURN jsonb_build_object('ok', true, 'checked', v_seq, 'head_sha256', encode(v_prev, 'hex'));
+    RETURN jsonb_build_object('ok', true, 'checked', v_seq, 'pending', v_pending, 'head_sha256', encode(v_prev, 'hex'));
 END
 $$;
 

@@ -38,6 +38,15 @@ CREATE POLICY site_isolation ON querylayer.sites
 ALTER TABLE querylayer.ledger_heads
     ADD FOREIGN KEY (site_id) REFERENCES querylayer.sites ON DELETE RESTRICT;
 SELECT querylayer.isolate_by_site('querylayer.ledger_heads'::regclass);
+ALTER TABLE querylayer.ledger_pending
+    ADD FOREIGN KEY (site_id) REFERENCES querylayer.sites ON DELETE RESTRICT;
+ALTER TABLE querylayer.ledger_pending ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.ledger_pending FORCE ROW LEVEL SECURITY;
+-- A site's writers add its entries and its sealers remove them; operators see every site's (the
+-- worker finds the sites that have any).
+CREATE POLICY site_isolation ON querylayer.ledger_pending
+    USING (site_id = querylayer.ctx_site_id() OR querylayer.ctx_is_operator())
+    WITH CHECK (site_id = querylayer.ctx_site_id());
 
 CREATE TABLE querylayer.members (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),

@@ -512,11 +512,11 @@ BEGIN
     RETURN querylayer.run_json(v_run) || jsonb_build_object(
         'events', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                         'event_id', e.id, 'kind', e.kind, 'outcome', e.outcome, 'reason_code', e.reason_code,
-                        'at', e.created_at, 'record_sha256', encode(e.record_sha256, 'hex')) ORDER BY e.chain_seq), '[]')
+                        'at', e.created_at, 'record_sha256', encode(e.record_sha256, 'hex')) ORDER BY e.chain_seq, e.created_at), '[]')
                      FROM querylayer.run_events e WHERE e.run_id = p_run_id),
         'artifacts', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                         'artifact_id', a.id, 'key', a.key, 'value', a.value, 'affected_objects', a.affected_objects,
-                        'recorded_at', a.created_at, 'record_sha256', encode(a.record_sha256, 'hex')) ORDER BY a.chain_seq), '[]')
+                        'recorded_at', a.created_at, 'record_sha256', encode(a.record_sha256, 'hex')) ORDER BY a.chain_seq, a.created_at), '[]')
                         FROM querylayer.run_artifacts a WHERE a.run_id = p_run_id));
 END
 $$;

@@ -613,16 +613,16 @@ BEGIN
         'roster', querylayer.story_roster(),
         'recorded_runs', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                               'agent', e.story_agent, 'run_id', e.run_id, 'event_sha256', e.event_sha256,
-                              'created_at', e.created_at) ORDER BY e.chain_seq DESC), '[]')
+                              'created_at', e.created_at) ORDER BY e.chain_seq DESC, e.created_at DESC), '[]')
                             FROM (SELECT * FROM querylayer.lineage_events
                                    WHERE site_id = querylayer.ctx_site_id() AND story_agent IS NOT NULL
-                                   ORDER BY chain_seq DESC LIMIT 60) e),
+                                   ORDER BY chain_seq DESC, created_at DESC LIMIT 60) e),
         'receipts', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                          'principal', r.principal, 'resource', r.resource, 'allowed', r.allowed, 'reason', r.reason,
-                         'issued_at', r.issued_at) ORDER BY r.chain_seq DESC), '[]')
+                         'issued_at', r.issued_at) ORDER BY r.chain_seq DESC, r.issued_at DESC), '[]')
                        FROM (SELECT * FROM querylayer.access_receipts
                               WHERE site_id = querylayer.ctx_site_id() AND decided_for = 'story'
-                              ORDER BY chain_seq DESC LIMIT 60) r));
+                              ORDER BY chain_seq DESC, issued_at DESC LIMIT 60) r));
 END
 $$;
 
@@ -646,9 +646,9 @@ BEGIN
     RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object(
                 'lineage_event_id', e.id, 'answer_id', e.answer_id, 'story_agent', e.story_agent, 'run_id', e.run_id,
                 'event_text', e.event::text, 'event_sha256', e.event_sha256, 'attestation', a.attestation,
-                'server_did', k.did_key, 'created_at', e.created_at) ORDER BY e.chain_seq), '[]')
+                'server_did', k.did_key, 'created_at', e.created_at) ORDER BY e.chain_seq, e.created_at), '[]')
               FROM (SELECT * FROM querylayer.lineage_events WHERE site_id = querylayer.ctx_site_id()
-                      AND (p_answer_id IS NULL OR answer_id = p_answer_id) ORDER BY chain_seq DESC LIMIT p_limit) e
+                      AND (p_answer_id IS NULL OR answer_id = p_answer_id) ORDER BY chain_seq DESC, created_at DESC LIMIT p_limit) e
               JOIN querylayer.attestations a ON a.lineage_event_id = e.id
               JOIN querylayer.server_keys k ON k.id = a.server_key_id);
 END

@@ -163,9 +163,13 @@ DECLARE
 BEGIN
     FOR r IN
         WITH replayed AS (
+            -- The newest event of each subject: the chain's order, then pending ones (newer than
+            -- any sealed event of their subject) in the order they were written.
             SELECT DISTINCT ON (e.subject, e.subject_id) e.subject, e.subject_id, e.state, e.id, e.chain_seq
-              FROM querylayer.state_events e WHERE e.site_id = p_site
-             ORDER BY e.subject, e.subject_id, e.chain_seq DESC
+              FROM querylayer.state_events e
+              LEFT JOIN querylayer.ledger_pending p ON p.record_id = e.id AND p.site_id = e.site_id
+             WHERE e.site_id = p_site
+             ORDER BY e.subject, e.subject_id, e.chain_seq DESC NULLS FIRST, p.written DESC
         ), live AS (
             SELECT 'content_item' AS subject, i.id::text AS subject_id, querylayer.live_state('content_item'::text, to_jsonb(i)) AS state
               FROM querylayer.content_items i WHERE i.site_id = p_site
@@ -266,8 +270,11 @@ DECLARE
     v_new      querylayer.ledger_checkpoints;
     r          record;
 BEGIN
-    -- One checkpoint of a site at a time; writers of the site are not held up.
+    -- One checkpoint of a site at a time; writers of the site are not held up (while this holds
+    -- the head, they leave their records pending for the next seal).
     PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('querylayer.ledger_checkpoints:' || p_site::text, 0));
+    -- Nothing committed is left out: what waits to be sealed is sealed first.
+    PERFORM querylayer.seal_site(p_site);
     SELECT * INTO v_head FROM querylayer.ledger_heads WHERE site_id = p_site;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'site % has no ledger', p_site USING ERRCODE = 'QL404';
@@ -367,6 +374,33 @@ BEGIN
 END
 $$;
 
+-- Seals what waits to be sealed: the committed pending records of one site (p_site) or of every
+-- site that has any, each site's in the order they were written (docs/ledger.md, "Writers of one
+-- site"). The worker calls it every few seconds; a checkpoint seals first by itself. Returns
+-- [{site, site_id, sealed}] for the sites it sealed.
+CREATE FUNCTION querylayer_api.seal_ledger(p_site text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s     querylayer.sites;
+    v_n   bigint;
+    v_out jsonb := '[]';
+BEGIN
+    PERFORM querylayer.enter_operator(NULL::uuid);
+    IF p_site IS NOT NULL THEN
+        PERFORM querylayer.site_by_slug(p_site);
+    END IF;
+    FOR s IN SELECT * FROM querylayer.sites x
+              WHERE (p_site IS NULL OR x.slug = p_site)
+                AND EXISTS (SELECT 1 FROM querylayer.ledger_pending p WHERE p.site_id = x.id)
+              ORDER BY x.slug LOOP
+        PERFORM querylayer.enter_operator(s.id);
+        v_n := querylayer.seal_site(s.id);
+        v_out := v_out || jsonb_build_object('site', s.slug, 'site_id', s.id, 'sealed', v_n);
+    END LOOP;
+    RETURN v_out;
+END
+$$;
+
 -- The sites and the newest checkpoint of each (for the witnesses to catch up from).
 CREATE FUNCTION querylayer_api.ledger_sites() RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -379,6 +413,7 @@ BEGIN
         PERFORM querylayer.enter_operator(s.id);
         v_out := v_out || jsonb_build_object('site', s.slug, 'site_id', s.id,
             'records', (SELECT h.seq FROM querylayer.ledger_heads h WHERE h.site_id = s.id),
+            'pending', (SELECT count(*) FROM querylayer.ledger_pending p WHERE p.site_id = s.id),
             'checkpoint_seq', (SELECT max(c.seq) FROM querylayer.ledger_checkpoints c WHERE c.site_id = s.id));
     END LOOP;
     RETURN v_out;
@@ -477,4 +512,4 @@ END
 $$;
 
 GRANT EXECUTE ON FUNCTION querylayer_api.create_checkpoints, querylayer_api.ledger_sites, querylayer_api.ledger_checkpoints,
-    querylayer_api.ledger_leaves TO querylayer_worker;
+    querylayer_api.ledger_leaves, querylayer_api.seal_ledger TO querylayer_worker;

@@ -265,6 +265,13 @@ pub enum AdminCommand {
         #[arg(long)]
         site: String,
     },
+    /// Seal the records that writers left pending while another transaction held their site's
+    /// head (the worker does it every second; a checkpoint seals first by itself).
+    SealLedger {
+        /// The site's slug; without it, every site that has pending records.
+        #[arg(long)]
+        site: Option<String>,
+    },
     /// The newest audit records of a site, or without --site those of no site (failed
     /// authentications). Never a secret, a fingerprint or argument values.
     ListAudit {
@@ -520,6 +527,7 @@ pub const OPERATOR_COMMANDS: &[(&str, &str)] = &[
     ("create_template", "admin create-template"),
     ("verify_ledger", "admin verify-ledger"),
     ("verify_live_state", "admin verify-live-state"),
+    ("seal_ledger", "admin seal-ledger"),
     ("list_audit", "admin list-audit"),
     ("list_envelope_receipts", "admin list-envelope-receipts"),
     ("set_setting", "admin set-setting"),
@@ -681,6 +689,7 @@ impl AdminCommand {
                 Call::rows("list_audit").arg("p_site", site).arg("p_limit", limit)
             }
             AdminCommand::VerifyLedger { site } => Call::new("verify_ledger").arg("p_site", site),
+            AdminCommand::SealLedger { site } => Call::new("seal_ledger").opt("p_site", site),
             AdminCommand::SeedDemo => Call::new("seed_demo"),
             AdminCommand::ImportStrategy { site, source, file } => Call::new("import_topical_strategy")
                 .arg("p_site", site)

@@ -113,7 +113,8 @@ pub fn init() {
     }
 }
 
-/// A subtransaction that aborts (a caught error) drops the live-pointer mark it may have held.
+/// A subtransaction that aborts (a caught error) drops the live-pointer and seal marks it may have
+/// held.
 #[pg_guard]
 unsafe extern "C-unwind" fn on_subxact_event(
     event: pg_sys::SubXactEvent::Type,
@@ -124,6 +125,7 @@ unsafe extern "C-unwind" fn on_subxact_event(
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
         crate::lifecycle::clear();
         crate::partitions::clear();
+        crate::ledger::clear();
     }
 }
 
@@ -162,6 +164,7 @@ pub fn clear() {
     PRESENTED.with(|p| p.borrow_mut().take());
     crate::lifecycle::clear();
     crate::partitions::clear();
+    crate::ledger::clear();
 }
 
 /// The context of the current transaction, if one was established in it.

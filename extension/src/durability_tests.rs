@@ -31,7 +31,7 @@ mod tests {
         json("SELECT querylayer_api.seed_demo()");
         Spi::run(
             "CREATE TABLE querylayer.test_notes (
-                 id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                 id      uuid PRIMARY KEY DEFAULT gen_random_uuid(),
                  site_id uuid NOT NULL,
                  body    text NOT NULL,
                  at      timestamptz NOT NULL DEFAULT now());
@@ -73,7 +73,9 @@ mod tests {
         assert_eq!(after["head_sha256"], before["head_sha256"]);
 
         add_note("after");
-        assert!(boolean("SELECT array_agg(ledger_form ORDER BY id) = '{1,2}' FROM querylayer.test_notes"));
+        assert!(boolean(
+            "SELECT array_agg(ledger_form ORDER BY chain_seq) = '{1,2}' FROM querylayer.test_notes"
+        ));
         // Form 2 hashes the new column: the content hash is that of exactly its fields, printed
         // as jsonb prints an object, timestamps in UTC.
         Spi::run("SET LOCAL TimeZone = 'UTC'").unwrap();

@@ -1,8 +1,9 @@
-//! Verifiable history inside the database: the leaf of each chained record, the Merkle tree
-//! extended from one checkpoint's frontier to the next, and checkpoints signed with the server
-//! key. The algorithms and formats are the `querylayer-ledger` crate's; `sql/185_checkpoints.sql`
-//! decides when a checkpoint is made and is the only caller (these functions are granted to the
-//! owner role alone, and the server key never leaves the database).
+//! Verifiable history inside the database: the seal mark, the leaf of each chained record, the
+//! Merkle tree extended from one checkpoint's frontier to the next, and checkpoints signed with
+//! the server key. The algorithms and formats are the `querylayer-ledger` crate's;
+//! `sql/020_ledger.sql` decides when a pending record is sealed and `sql/185_checkpoints.sql`
+//! when a checkpoint is made; they are the only callers (these functions are granted to the owner
+//! role alone, and the server key never leaves the database).
 
 use pgrx::prelude::*;
 use pgrx::{JsonB, Uuid};
@@ -10,6 +11,50 @@ use querylayer_envelope::Signer;
 use querylayer_ledger::merkle::Frontier;
 use querylayer_ledger::{record_leaf, Checkpoint, Hash};
 use serde_json::json;
+use std::cell::Cell;
+
+thread_local! {
+    static SEALING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Clears the seal mark when dropped, also when an error unwinds through `ledger_seal`.
+struct SealGuard(bool);
+
+impl SealGuard {
+    fn set() -> SealGuard {
+        SealGuard(SEALING.with(|m| m.replace(true)))
+    }
+}
+
+impl Drop for SealGuard {
+    fn drop(&mut self) {
+        let outer = self.0;
+        SEALING.with(|m| m.set(outer));
+    }
+}
+
+pub fn clear() {
+    SEALING.with(|m| m.set(false));
+}
+
+/// Whether this backend is sealing pending records right now: the one time `forbid_change`
+/// admits an UPDATE of a chained record, and then only one that fills its empty link
+/// (`querylayer.is_seal`). Only `ledger_seal` sets it; no SQL can.
+#[pg_extern(stable, parallel_restricted)]
+fn ledger_sealing() -> bool {
+    SEALING.with(|m| m.get())
+}
+
+/// Seals at most `max` of `site`'s committed pending records (`querylayer.seal_pending`, under
+/// the seal mark): `{sealed, missing}`.
+#[pg_extern(volatile, parallel_unsafe)]
+#[search_path(pg_catalog, pg_temp)]
+fn ledger_seal(site: Uuid, max: i32) -> JsonB {
+    let _mark = SealGuard::set();
+    Spi::get_one_with_args::<JsonB>("SELECT querylayer.seal_pending($1, $2)", &[site.into(), max.into()])
+        .unwrap_or_else(|e| error!("querylayer: sealing the ledger of site {site} failed: {e}"))
+        .unwrap_or_else(|| error!("querylayer: sealing the ledger of site {site} returned nothing"))
+}
 
 fn hash(bytes: &[u8], what: &str) -> Hash {
     bytes.try_into().unwrap_or_else(|_| error!("querylayer: {what} must be 32 bytes, not {}", bytes.len()))

@@ -64,7 +64,7 @@ extension_sql_file!("../../sql/015_settings.sql", name = "settings", requires = 
 extension_sql_file!(
     "../../sql/020_ledger.sql",
     name = "ledger",
-    requires = ["settings", partitions::create_time_partition]
+    requires = ["settings", partitions::create_time_partition, ledger::ledger_sealing, ledger::ledger_seal]
 );
 extension_sql_file!("../../sql/030_identity.sql", name = "identity", requires = ["ledger"]);
 extension_sql_file!("../../sql/040_credentials.sql", name = "credentials", requires = ["identity"]);

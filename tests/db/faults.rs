@@ -1,5 +1,5 @@
 //! Faults through real logins and several sessions: a site's history held by another
-//! transaction, a duplicate racing its first call, a run abandoned past its deadline, the worker
+//! transaction (writers go on, a seal that must wait is told busy), a duplicate racing its first call, a run abandoned past its deadline, the worker
 //! reclaiming what may age out, and the upgrade fragments that turn 0.1.0's audit trail and
 //! envelope receipts into month partitions without losing a row.
 
@@ -26,7 +26,7 @@ fn as_connection(db: &TestDb, secret: &str, sql: &str) -> Result<Value, postgres
 }
 
 #[test]
-fn a_held_site_history_answers_busy_in_bounded_time_and_other_sites_go_on() {
+fn a_held_site_history_stalls_no_write_and_a_seal_that_must_wait_answers_busy_in_bounded_time() {
     let db = TestDb::new();
     let (a, b) = two_sites(&db);
     // A superuser transaction holds site-a's history (its ledger head row).
@@ -39,8 +39,14 @@ fn a_held_site_history_answers_busy_in_bounded_time_and_other_sites_go_on() {
     )
     .unwrap();
 
+    // The held site's writes do not wait: their records wait to be sealed instead.
     let started = Instant::now();
-    let err = as_connection(&db, &a, "SELECT querylayer_api.begin_run('a.work')").unwrap_err();
+    let run = as_connection(&db, &a, "SELECT querylayer_api.begin_run('a.work')").unwrap();
+    assert_eq!(run["state"], "open", "{run}");
+    assert!(started.elapsed() < Duration::from_secs(2), "a writer waited for the head: {:?}", started.elapsed());
+    // A seal that must happen now (as a checkpoint's) waits at most ledger_lock_timeout_ms.
+    let started = Instant::now();
+    let err = db.dba().query_one("SELECT querylayer_api.seal_ledger('site-a'::text)", &[]).unwrap_err();
     let waited = started.elapsed();
     assert_eq!(sql_error(&err).0, "QL503", "{err}");
     assert!(waited < Duration::from_secs(5), "the wait is bounded by ledger_lock_timeout_ms: {waited:?}");
@@ -50,8 +56,11 @@ fn a_held_site_history_answers_busy_in_bounded_time_and_other_sites_go_on() {
     let run = as_connection(&db, &b, "SELECT querylayer_api.begin_run('b.work')").unwrap();
     assert_eq!(run["state"], "open");
     held.rollback().unwrap();
-    // Once released, site-a writes again.
-    assert!(as_connection(&db, &a, "SELECT querylayer_api.begin_run('a.work')").is_ok());
+    // Once released, what waited is sealed and site-a's chain verifies whole.
+    let sealed = json(&mut db.dba(), "SELECT querylayer_api.seal_ledger('site-a'::text)", &[]);
+    assert_eq!(sealed[0]["sealed"], 2, "the run and its start event: {sealed}");
+    let verified = json(&mut db.dba(), "SELECT querylayer_api.verify_ledger('site-a'::text)", &[]);
+    assert_eq!((verified["ok"].clone(), verified["pending"].clone()), (true.into(), 0.into()), "{verified}");
 }
 
 #[test]

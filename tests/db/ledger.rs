@@ -509,6 +509,109 @@ fn a_checkpoint_is_never_signed_over_a_broken_ledger_and_only_operators_make_the
     }
 }
 
+/// One governed write of the demo agent in a transaction of its own: an artifact of `run`.
+/// Returns (artifact id, record_sha256 as answered).
+fn artifact(client: &mut Client, secret: &str, run: &str, key: &str) -> (String, Option<String>) {
+    let mut tx = client.transaction().unwrap();
+    // A writer that waited for the head would run into this.
+    tx.batch_execute("SET LOCAL statement_timeout = '3s'").unwrap();
+    authenticate(&mut tx, secret).unwrap();
+    let a: Value = tx
+        .query_one(
+            "SELECT querylayer_api.record_artifact($1::text::uuid, $2::text, '1'::jsonb)",
+            &[&run, &key],
+        )
+        .unwrap()
+        .get(0);
+    tx.commit().unwrap();
+    (a["artifact_id"].as_str().unwrap().to_string(), a["record_sha256"].as_str().map(str::to_string))
+}
+
+fn begin(client: &mut Client, secret: &str) -> String {
+    let mut tx = client.transaction().unwrap();
+    authenticate(&mut tx, secret).unwrap();
+    let run: Value =
+        tx.query_one("SELECT querylayer_api.begin_run('ledger.writers'::text)", &[]).unwrap().get(0);
+    tx.commit().unwrap();
+    run["run_id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn writers_of_one_site_never_wait_for_its_head_and_each_record_is_sealed_after_what_committed_before_it() {
+    let ledger = Ledger::new("writers");
+    let mut a = ledger.db.edge();
+    let mut b = ledger.db.edge();
+    let run = begin(&mut b, &ledger.secret);
+
+    // A holds the site's head: a write of its own, not committed yet.
+    let mut ta = a.transaction().unwrap();
+    authenticate(&mut ta, &ledger.secret).unwrap();
+    let held: Value = ta
+        .query_one("SELECT querylayer_api.record_artifact($1::text::uuid, 'held'::text, '1'::jsonb)", &[&run])
+        .unwrap()
+        .get(0);
+    let held_id = held["artifact_id"].as_str().unwrap().to_string();
+    assert!(held["record_sha256"].is_string(), "the holder links its record at once: {held}");
+
+    // B writes twice meanwhile: no wait (its statement timeout is 3 s), both records pending.
+    let started = std::time::Instant::now();
+    let (b1, b1_hash) = artifact(&mut b, &ledger.secret, &run, "b1");
+    let (b2, b2_hash) = artifact(&mut b, &ledger.secret, &run, "b2");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "B waited {:?}", started.elapsed());
+    assert_eq!((b1_hash, b2_hash), (None, None), "B's records wait to be sealed");
+    let pending: i64 =
+        ledger.su().query_one("SELECT count(*) FROM querylayer.ledger_pending", &[]).unwrap().get(0);
+    assert_eq!(pending, 2);
+
+    // While they wait, every check passes and says so: in the database and outside it.
+    let report: Value =
+        ledger.db.dba().query_one("SELECT querylayer_api.verify_ledger('demo'::text)", &[]).unwrap().get(0);
+    assert_eq!((report["ok"].clone(), report["pending"].clone()), (json!(true), json!(2)), "{report}");
+    let (ok, offline) = ledger.verify(None);
+    assert!(ok, "{offline:#}");
+    let notes = offline["sites"][0]["notes"].to_string();
+    assert!(notes.contains("2 record(s) wait to be sealed"), "{offline:#}");
+
+    ta.commit().unwrap();
+    // The next writer holds the head: what committed pending is sealed first, in written order.
+    let mut c = ledger.db.edge();
+    let (c1, c1_hash) = artifact(&mut c, &ledger.secret, &run, "c1");
+    assert!(c1_hash.is_some());
+    let seqs: Vec<i64> =
+        [&held_id, &b1, &b2, &c1].iter().map(|id| ledger.seq_of("querylayer.run_artifacts", id)).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "held, b1, b2, c1 in the chain in that order: {seqs:?}"
+    );
+    let report: Value =
+        ledger.db.dba().query_one("SELECT querylayer_api.verify_ledger('demo'::text)", &[]).unwrap().get(0);
+    assert_eq!((report["ok"].clone(), report["pending"].clone()), (json!(true), json!(0)), "{report}");
+
+    // A pending record rewritten behind the triggers (nobody has written since, so it still
+    // waits) is named before it is ever sealed.
+    let mut ta = a.transaction().unwrap();
+    authenticate(&mut ta, &ledger.secret).unwrap();
+    ta.query_one("SELECT querylayer_api.record_artifact($1::text::uuid, 'held2'::text, '1'::jsonb)", &[&run])
+        .unwrap();
+    let (b3, _) = artifact(&mut b, &ledger.secret, &run, "b3");
+    ta.commit().unwrap();
+    ledger
+        .su()
+        .batch_execute(&format!(
+            "ALTER TABLE querylayer.run_artifacts DISABLE TRIGGER append_only_row;
+             UPDATE querylayer.run_artifacts SET value = '2' WHERE id = '{b3}';
+             ALTER TABLE querylayer.run_artifacts ENABLE ALWAYS TRIGGER append_only_row;"
+        ))
+        .unwrap();
+    let first = first_failure(&ledger);
+    assert_eq!(first["record"]["id"], b3.as_str(), "{first}");
+    assert_eq!(first["reason"], "content does not match content_sha256 (record edited)", "{first}");
+    // No checkpoint is signed over it: the checkpoint seals first, and its check refuses.
+    let err =
+        ledger.db.dba().query_one("SELECT querylayer_api.create_checkpoints('demo'::text)", &[]).unwrap_err();
+    assert_eq!(sql_error(&err).0, "QLL09", "{err}");
+}
+
 fn dsn_value(key: &str) -> String {
     admin_dsn()
         .split_whitespace()

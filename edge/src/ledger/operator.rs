@@ -126,7 +126,8 @@ struct StoredRecord {
     site: String,
     table: String,
     id: String,
-    seq: i64,
+    /// None while the record waits to be sealed into its site's chain.
+    seq: Option<i64>,
     form: i32,
     canonical: Option<String>,
 }
@@ -172,18 +173,24 @@ pub async fn prove(
     let stored: StoredRecord =
         serde_json::from_value(json(client, "SELECT querylayer_api.ledger_record($1)", &[&record_id]).await?)
             .map_err(|e| format!("unexpected record from the database: {e}"))?;
+    let Some(seq) = stored.seq else {
+        return Err(format!(
+            "record {} of site {} waits to be sealed into its chain: run querylayer ledger checkpoint (it seals first)",
+            stored.id, stored.site
+        ));
+    };
     let cp = checkpoint_at(client, &stored.site, checkpoint_seq).await?;
-    if stored.seq as u64 > cp.seq {
+    if seq as u64 > cp.seq {
         return Err(format!(
             "record {} is number {} of site {}, newer than its checkpoint of {} records: run querylayer ledger checkpoint",
-            stored.id, stored.seq, stored.site, cp.seq
+            stored.id, seq, stored.site, cp.seq
         ));
     }
     let canonical = stored
         .canonical
         .ok_or_else(|| format!("record {} has an unknown ledger form {}", stored.id, stored.form))?;
     let tree = Tree::new(leaves(client, &stored.site, 0, cp.seq as i64).await?);
-    let proof = proof_for(&tree, &cp, stored.table, stored.id, stored.seq, stored.form, canonical);
+    let proof = proof_for(&tree, &cp, stored.table, stored.id, seq, stored.form, canonical);
     proof
         .verify(&server_keys(client).await?)
         .map_err(|e| format!("the database's record does not verify against its own checkpoint: {e}"))?;

@@ -125,11 +125,34 @@ impl Record {
     }
 }
 
+/// A record whose link is still empty: committed, waiting to be sealed into the chain
+/// (docs/ledger.md, "Writers of one site").
+pub struct PendingRecord {
+    pub table: String,
+    pub id: String,
+    pub form: i32,
+    pub canonical: Option<String>,
+    pub content_sha256: Vec<u8>,
+    /// Its place in `querylayer.ledger_pending` (the order it was written in); None: not named there.
+    pub written: Option<i64>,
+}
+
+impl PendingRecord {
+    fn at(&self) -> Value {
+        json!({"table": self.table, "id": self.id, "seq": null})
+    }
+}
+
 /// Everything the verifier holds about one site of a database.
 pub struct SiteHistory {
     pub site: String,
     pub site_id: String,
+    /// The chain, in order.
     pub records: Vec<Record>,
+    /// The records waiting to be sealed, in the order they were written.
+    pub pending: Vec<PendingRecord>,
+    /// How many entries `querylayer.ledger_pending` holds for the site.
+    pub pending_entries: u64,
     pub head: Option<(u64, Vec<u8>)>,
     pub checkpoints: Vec<Checkpoint>,
     /// (subject, subject_id) → the live state, parsed.
@@ -292,6 +315,37 @@ fn check_site_inner(
     if unwitnessed > 0 {
         report.notes.push(format!("{unwitnessed} checkpoint(s) of the database are not witnessed yet"));
     }
+    // 5. The records waiting to be sealed: each its own content, each named once in ledger_pending.
+    for r in &h.pending {
+        let Some(canonical) = &r.canonical else {
+            return Err(problem(Some(r.at()), format!("unknown ledger form {}", r.form)));
+        };
+        if r.content_sha256 != hash_of(canonical.as_bytes()) {
+            return Err(problem(Some(r.at()), "content does not match content_sha256 (record edited)"));
+        }
+        if r.written.is_none() {
+            return Err(problem(
+                Some(r.at()),
+                "the record is not in the chain and waits for no seal (its ledger_pending entry is gone)",
+            ));
+        }
+    }
+    if h.pending_entries != h.pending.len() as u64 {
+        return Err(problem(
+            None,
+            format!(
+                "{} records wait to be sealed, but ledger_pending names {}: a pending record is missing",
+                h.pending.len(),
+                h.pending_entries
+            ),
+        ));
+    }
+    if !h.pending.is_empty() {
+        report.notes.push(format!(
+            "{} record(s) wait to be sealed into the chain (a checkpoint seals them first)",
+            h.pending.len()
+        ));
+    }
     if h.records.len() as u64 > witnessed_max {
         report.notes.push(format!(
             "records {}..{} are after the last witnessed checkpoint",
@@ -299,7 +353,7 @@ fn check_site_inner(
             h.records.len()
         ));
     }
-    // 5. The live state is the replay of its events.
+    // 6. The live state is the replay of its events.
     check_live(h)
 }
 
@@ -309,19 +363,24 @@ fn check_live(h: &SiteHistory) -> Result<(), Problem> {
     let mut approved: HashMap<String, String> = HashMap::new(); // decision id → proposal id
     let mut proposal_types: HashMap<String, String> = HashMap::new();
     let mut governed_seen = false;
-    for r in &h.records {
-        let parsed = || -> Value {
-            r.canonical.as_deref().and_then(|c| serde_json::from_str(c).ok()).unwrap_or(Value::Null)
-        };
-        match r.table.as_str() {
+    // The chain, then what waits to be sealed (newer than every sealed record), in written order.
+    let replayed = h
+        .records
+        .iter()
+        .map(|r| (r.table.as_str(), &r.id, r.canonical.as_deref(), r.at()))
+        .chain(h.pending.iter().map(|r| (r.table.as_str(), &r.id, r.canonical.as_deref(), r.at())));
+    for (table, id, canonical, at) in replayed {
+        let parsed =
+            || -> Value { canonical.and_then(|c| serde_json::from_str(c).ok()).unwrap_or(Value::Null) };
+        match table {
             "querylayer.proposals" => {
                 let v = parsed();
-                proposal_types.insert(r.id.clone(), v["type"].as_str().unwrap_or_default().to_string());
+                proposal_types.insert(id.clone(), v["type"].as_str().unwrap_or_default().to_string());
             }
             "querylayer.proposal_decisions" => {
                 let v = parsed();
                 if v["decision"] == "approved" {
-                    approved.insert(r.id.clone(), v["proposal_id"].as_str().unwrap_or_default().to_string());
+                    approved.insert(id.clone(), v["proposal_id"].as_str().unwrap_or_default().to_string());
                 }
             }
             "querylayer.state_events" => {
@@ -330,14 +389,14 @@ fn check_live(h: &SiteHistory) -> Result<(), Problem> {
                 let cause = v["cause"].as_str().unwrap_or_default();
                 match cause {
                     "baseline" if governed_seen => {
-                        return Err(problem(Some(r.at()), "a baseline state event after governed ones: baselines come only from the upgrade that started keeping events"))
+                        return Err(problem(Some(at.clone()), "a baseline state event after governed ones: baselines come only from the upgrade that started keeping events"))
                     }
                     "baseline" => {}
                     "decision" => {
                         governed_seen = true;
                         let decision = v["decision_id"].as_str().unwrap_or_default();
                         let Some(proposal) = approved.get(decision) else {
-                            return Err(problem(Some(r.at()), format!("the state event names decision {decision}, which is not an approval recorded before it")));
+                            return Err(problem(Some(at.clone()), format!("the state event names decision {decision}, which is not an approval recorded before it")));
                         };
                         let kind = proposal_types.get(proposal).map(String::as_str).unwrap_or_default();
                         let fits = match subject.as_str() {
@@ -345,15 +404,15 @@ fn check_live(h: &SiteHistory) -> Result<(), Problem> {
                             _ => kind == "topical_map",
                         };
                         if !fits {
-                            return Err(problem(Some(r.at()), format!("the state event of a {subject} names the approval of a {kind} proposal")));
+                            return Err(problem(Some(at.clone()), format!("the state event of a {subject} names the approval of a {kind} proposal")));
                         }
                     }
                     "operator" if subject != "content_item" => governed_seen = true,
-                    other => return Err(problem(Some(r.at()), format!("a state event of a {subject} with cause {other:?}"))),
+                    other => return Err(problem(Some(at.clone()), format!("a state event of a {subject} with cause {other:?}"))),
                 }
                 state.insert(
                     (subject, v["subject_id"].as_str().unwrap_or_default().to_string()),
-                    (v["state"].clone(), r.at()),
+                    (v["state"].clone(), at.clone()),
                 );
             }
             _ => {}
@@ -418,30 +477,51 @@ pub async fn read_site(client: &Client, site_id: &str, slug: &str) -> Result<Sit
         .map(|t| {
             format!(
                 "SELECT {lit}::text AS tbl, t.id::text, t.chain_seq, t.ledger_form::int4, t.prev_sha256, t.content_sha256, t.record_sha256,
-                        (x.j - ARRAY(SELECT k FROM jsonb_object_keys(x.j) AS k WHERE NOT (k = ANY (f.fields))))::text
+                        (x.j - ARRAY(SELECT k FROM jsonb_object_keys(x.j) AS k WHERE NOT (k = ANY (f.fields))))::text,
+                        p.written
                    FROM {t} t CROSS JOIN LATERAL (SELECT to_jsonb(t) AS j) x
                    LEFT JOIN querylayer.ledger_forms f ON f.table_name = {lit} AND f.form = t.ledger_form
+                   LEFT JOIN querylayer.ledger_pending p ON p.record_id = t.id AND p.site_id = t.site_id
                   WHERE t.site_id = $1",
                 lit = quote_literal(t)
             )
         })
         .collect();
-    let sql = format!("{} ORDER BY chain_seq", union.join(" UNION ALL "));
+    let sql = format!("{} ORDER BY chain_seq NULLS LAST, written", union.join(" UNION ALL "));
     let rows = client.query_raw(&sql, &[&site]).await.map_err(db)?;
     pin_mut!(rows);
-    let mut records = Vec::new();
+    let (mut records, mut pending) = (Vec::new(), Vec::new());
     while let Some(row) = rows.try_next().await.map_err(db)? {
-        records.push(Record {
-            table: row.get(0),
-            id: row.get(1),
-            seq: row.get::<_, i64>(2) as u64,
-            form: row.get(3),
-            prev_sha256: row.get(4),
-            content_sha256: row.get(5),
-            record_sha256: row.get(6),
-            canonical: row.get(7),
-        });
+        match (
+            row.get::<_, Option<i64>>(2),
+            row.get::<_, Option<Vec<u8>>>(4),
+            row.get::<_, Option<Vec<u8>>>(6),
+        ) {
+            (Some(seq), Some(prev_sha256), Some(record_sha256)) => records.push(Record {
+                table: row.get(0),
+                id: row.get(1),
+                seq: seq as u64,
+                form: row.get(3),
+                prev_sha256,
+                content_sha256: row.get(5),
+                record_sha256,
+                canonical: row.get(7),
+            }),
+            _ => pending.push(PendingRecord {
+                table: row.get(0),
+                id: row.get(1),
+                form: row.get(3),
+                content_sha256: row.get(5),
+                canonical: row.get(7),
+                written: row.get(8),
+            }),
+        }
     }
+    let pending_entries = client
+        .query_one("SELECT count(*) FROM querylayer.ledger_pending WHERE site_id = $1", &[&site])
+        .await
+        .map_err(db)?
+        .get::<_, i64>(0) as u64;
     let head = client
         .query_opt("SELECT seq, head FROM querylayer.ledger_heads WHERE site_id = $1", &[&site])
         .await
@@ -481,7 +561,16 @@ pub async fn read_site(client: &Client, site_id: &str, slug: &str) -> Result<Sit
         .iter()
         .map(|r| ((r.get::<_, String>(0), r.get::<_, String>(1)), r.get::<_, Value>(2)))
         .collect();
-    Ok(SiteHistory { site: slug.to_string(), site_id: site_id.to_string(), records, head, checkpoints, live })
+    Ok(SiteHistory {
+        site: slug.to_string(),
+        site_id: site_id.to_string(),
+        records,
+        pending,
+        pending_entries,
+        head,
+        checkpoints,
+        live,
+    })
 }
 
 fn quote_literal(s: &str) -> String {
@@ -496,6 +585,9 @@ pub async fn verify_database(
     explicit_keys: bool,
 ) -> Result<Report, String> {
     client.batch_execute(SESSION).await.map_err(db)?;
+    // One snapshot for everything read: the chain, what waits to be sealed, the heads and the
+    // live rows agree with each other while writers go on.
+    client.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await.map_err(db)?;
     let mut trusted = extra_keys.clone();
     if !explicit_keys {
         for r in client.query("SELECT did_key FROM querylayer.server_keys", &[]).await.map_err(db)? {
@@ -541,6 +633,7 @@ pub async fn verify_database(
         let history = read_site(client, &id, &slug).await?;
         reports.push(check_site(&history, &witnessed, &trusted));
     }
+    client.batch_execute("COMMIT").await.map_err(db)?;
     Ok(Report::new(reports))
 }
 

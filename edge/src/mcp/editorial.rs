@@ -146,8 +146,9 @@ pub struct ContentBrief {
     /// The topical_map proposal whose approval commissioned it.
     pub commissioned_by_proposal: Uuid,
     pub created_at: String,
-    /// The record's hash in the site's append-only chain.
-    pub record_sha256: String,
+    /// The record's hash in the site's append-only chain; null while the record waits to be
+    /// sealed into it (a moment, when other writers of the site held its head: docs/ledger.md).
+    pub record_sha256: Option<String>,
 }
 
 /// The site's content briefs.

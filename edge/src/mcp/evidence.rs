@@ -48,8 +48,9 @@ pub struct RecordedEvidence {
     pub source_url: String,
     pub retrieved_at: String,
     pub source_sha256: String,
-    /// The record's hash in the site's append-only chain.
-    pub record_sha256: String,
+    /// The record's hash in the site's append-only chain; null while the record waits to be
+    /// sealed into it (a moment, when other writers of the site held its head: docs/ledger.md).
+    pub record_sha256: Option<String>,
 }
 
 /// Which evidence to read.

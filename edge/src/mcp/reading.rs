@@ -54,8 +54,9 @@ pub struct Revision {
     /// Whether it is the item's current draft, and whether it is live.
     pub is_draft: bool,
     pub is_live: bool,
-    /// Its hash in the site's ledger.
-    pub record_sha256: String,
+    /// The record's hash in the site's append-only chain; null while the record waits to be
+    /// sealed into it (a moment, when other writers of the site held its head: docs/ledger.md).
+    pub record_sha256: Option<String>,
 }
 
 /// An item's history, newest first.

@@ -136,8 +136,9 @@ pub struct Artifact {
     pub artifact_id: Uuid,
     pub key: String,
     pub recorded_at: String,
-    /// The record's hash in the site's append-only chain.
-    pub record_sha256: String,
+    /// The record's hash in the site's append-only chain; null while the record waits to be
+    /// sealed into it (a moment, when other writers of the site held its head: docs/ledger.md).
+    pub record_sha256: Option<String>,
 }
 
 /// The run's one terminal outcome.

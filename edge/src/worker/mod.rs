@@ -5,7 +5,8 @@
 //! the runs still open past their deadline, and fails closed the Agent Console tasks whose binding
 //! went while nobody touched them (a connection that expired). On their own schedules it runs the
 //! form screening purge, retention (sql/160_retention.sql) and, with `--witness`, the ledger
-//! checkpoints (sql/185_checkpoints.sql, docs/ledger.md). Bodies and excerpts are never logged.
+//! checkpoints (sql/185_checkpoints.sql, docs/ledger.md); every second it seals the records that
+//! writers left pending (sql/020_ledger.sql). Bodies and excerpts are never logged.
 
 mod excerpt;
 mod fetch;
@@ -61,6 +62,12 @@ pub struct WorkerArgs {
     /// Seconds between checkpoints (with --witness).
     #[arg(long, env = "QUERYLAYER_CHECKPOINT_INTERVAL", default_value_t = 300)]
     pub checkpoint_interval_secs: u64,
+
+    /// Milliseconds between seals of the records that writers left pending while another
+    /// transaction held their site's head (docs/ledger.md, "Writers of one site"); the next writer
+    /// of a site seals them too. 0 turns the worker's sealing off.
+    #[arg(long, env = "QUERYLAYER_SEAL_INTERVAL_MS", default_value_t = 1000)]
+    pub seal_interval_ms: u64,
 
     /// Evidence jobs taken per batch (a pass takes batches until fewer are due, at most 10).
     #[arg(long, default_value_t = 20)]
@@ -147,8 +154,28 @@ pub async fn run(args: WorkerArgs) -> i32 {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
     });
+    if args.seal_interval_ms > 0 && !args.once {
+        let (db, mut stop, every) = (db.clone(), stop.clone(), Duration::from_millis(args.seal_interval_ms));
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = seal(&db).await {
+                    failed("sealing pending ledger records", &e);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.wait_for(|stopping| *stopping) => return,
+                }
+            }
+        });
+    }
     loop {
         let mut ok = true;
+        if args.once && args.seal_interval_ms > 0 {
+            if let Err(e) = seal(&db).await {
+                failed("sealing pending ledger records", &e);
+                ok = false;
+            }
+        }
         if let Err(e) = close_expired_runs(&db, args.close_batch_size).await {
             failed("closing runs past their deadline", &e);
             ok = false;
@@ -206,6 +233,16 @@ pub async fn run(args: WorkerArgs) -> i32 {
             }
         }
     }
+}
+
+/// Seals what writers left pending, on every site that has any (`seal_ledger`).
+async fn seal(db: &Db) -> Result<(), Error> {
+    let sealed: Vec<Value> = parse(db.call_as_operator(&Call::new("seal_ledger")).await?)?;
+    if !sealed.is_empty() {
+        let records: i64 = sealed.iter().filter_map(|s| s["sealed"].as_i64()).sum();
+        tracing::info!(sites = sealed.len(), records, "sealed pending ledger records");
+    }
+    Ok(())
 }
 
 /// Checkpoints every site whose ledger grew and brings every witness up to date.

@@ -1,9 +1,10 @@
-//! The append-only triggers and the per-site chain check (`sql/020_ledger.sql`). Ledger forms,
-//! restore mode and checkpoints: `ledger_tests.rs`, `durability_tests.rs`.
+//! The append-only triggers, the per-site chain check and sealing of pending records
+//! (`sql/020_ledger.sql`). Ledger forms, restore mode and checkpoints: `ledger_tests.rs`,
+//! `durability_tests.rs`. Pending records written by concurrent sessions: `tests/db/ledger.rs`.
 
 #[pgrx::pg_schema]
 mod tests {
-    use crate::pg_tests::helpers::{as_owner, authenticate, demo_secret, json};
+    use crate::pg_tests::helpers::{as_edge, as_owner, authenticate, demo_secret, failure, json, text};
     use pgrx::prelude::*;
 
     #[pg_test(error = "querylayer.run_events is append-only: UPDATE is refused")]
@@ -58,5 +59,184 @@ mod tests {
         assert_eq!(report["ok"], false);
         assert_eq!(report["broken"]["table"], "querylayer.run_artifacts");
         assert_eq!(report["broken"]["problem"], "content does not match content_sha256 (record edited)");
+    }
+
+    /// A pending artifact of run `run`, as a restore brings one back from a dump taken while it
+    /// waited to be sealed: a superuser in replica mode inserts the row with its form and content
+    /// hash but an empty link, and its `ledger_pending` entry. Returns its id.
+    fn restored_pending_artifact(run: &str, key: &str) -> String {
+        Spi::run("SET LOCAL TimeZone = 'UTC'").unwrap();
+        Spi::run(&format!(
+            "CREATE TEMP TABLE pending_row ON COMMIT DROP AS SELECT * FROM querylayer.run_artifacts WHERE false;
+             INSERT INTO pending_row (id, site_id, run_id, key, value, affected_objects, agent_id, connection_id, harness, created_at)
+             SELECT gen_random_uuid(), r.site_id, r.id, '{key}', '\"restored\"', '[]', r.agent_id, r.connection_id, r.harness,
+                    clock_timestamp()
+               FROM querylayer.runs r WHERE r.id = '{run}';
+             UPDATE pending_row p SET (ledger_form, content_sha256) = (
+                 SELECT f.form, querylayer.ledger_content(to_jsonb(p), f.fields) FROM querylayer.ledger_forms f
+                  WHERE f.table_name = 'querylayer.run_artifacts' ORDER BY f.form DESC LIMIT 1);
+             SET LOCAL session_replication_role = replica;
+             INSERT INTO querylayer.run_artifacts SELECT * FROM pending_row;
+             INSERT INTO querylayer.ledger_pending (site_id, table_name, record_id)
+             SELECT site_id, 'querylayer.run_artifacts', id FROM pending_row;
+             SET LOCAL session_replication_role = origin;
+             RESET TimeZone;"
+        ))
+        .unwrap();
+        let id = text("SELECT id::text FROM pending_row");
+        Spi::run("DROP TABLE pending_row").unwrap();
+        id
+    }
+
+    fn begun_run(secret: &str) -> String {
+        authenticate(secret);
+        json("SELECT querylayer_api.begin_run('article.draft')")["run_id"].as_str().unwrap().to_string()
+    }
+
+    fn seq_of(id: &str) -> Option<i64> {
+        Spi::get_one::<i64>(&format!("SELECT chain_seq FROM querylayer.run_artifacts WHERE id = '{id}'"))
+            .unwrap()
+    }
+
+    #[pg_test]
+    fn a_pending_record_verifies_as_pending_and_the_next_writer_seals_it_first() {
+        let secret = demo_secret();
+        let run = begun_run(&secret);
+        let pending = restored_pending_artifact(&run, "restored");
+        let before = json("SELECT querylayer_api.verify_ledger('demo')");
+        assert_eq!((before["ok"].clone(), before["pending"].clone()), (true.into(), 1.into()), "{before}");
+        let sealed_before = before["checked"].as_i64().unwrap();
+        assert_eq!(seq_of(&pending), None);
+
+        // The next writer holds the head: it seals what committed pending first, then links its own.
+        authenticate(&secret);
+        let mine = json(&format!("SELECT querylayer_api.record_artifact('{run}', 'next', '1')"));
+        let mine_id = mine["artifact_id"].as_str().unwrap();
+        assert_eq!(seq_of(&pending), Some(sealed_before + 1));
+        assert_eq!(seq_of(mine_id), Some(sealed_before + 2));
+        assert_eq!(mine["record_sha256"].as_str().map(str::len), Some(64), "{mine}");
+        let after = json("SELECT querylayer_api.verify_ledger('demo')");
+        assert_eq!((after["ok"].clone(), after["pending"].clone()), (true.into(), 0.into()), "{after}");
+        assert_eq!(after["checked"].as_i64(), Some(sealed_before + 2));
+        assert_eq!(text("SELECT count(*)::text FROM querylayer.ledger_pending"), "0");
+    }
+
+    #[pg_test]
+    fn seal_ledger_and_checkpoints_seal_what_is_pending() {
+        let secret = demo_secret();
+        let run = begun_run(&secret);
+        let first = restored_pending_artifact(&run, "one");
+        let sealed = json("SELECT querylayer_api.seal_ledger()");
+        assert_eq!(sealed[0]["site"], "demo");
+        assert_eq!(sealed[0]["sealed"], 1);
+        assert!(seq_of(&first).is_some());
+        assert_eq!(json("SELECT querylayer_api.seal_ledger('demo')"), serde_json::json!([]));
+
+        let second = restored_pending_artifact(&run, "two");
+        let made = json("SELECT querylayer_api.create_checkpoints('demo')");
+        let checkpoint_seq = made[0]["checkpoint"]["seq"].as_i64().unwrap();
+        assert_eq!(seq_of(&second), Some(checkpoint_seq), "the checkpoint covers the record it sealed");
+        let report = json("SELECT querylayer_api.verify_ledger('demo')");
+        assert_eq!(report["ok"], true, "{report}");
+    }
+
+    #[pg_test]
+    fn nobody_fills_a_pending_link_by_hand() {
+        let secret = demo_secret();
+        let run = begun_run(&secret);
+        let pending = restored_pending_artifact(&run, "restored");
+        // The link a seal would write, exactly: still refused outside the sealer.
+        let fill = format!(
+            "UPDATE querylayer.run_artifacts a SET chain_seq = h.seq + 1, prev_sha256 = h.head,
+                    record_sha256 = sha256(h.head || a.content_sha256)
+               FROM querylayer.ledger_heads h WHERE h.site_id = a.site_id AND a.id = '{pending}'"
+        );
+        let superuser = failure(&fill);
+        assert_eq!(superuser.0, "QL423", "{superuser:?}");
+        Spi::run("SET LOCAL session_replication_role = replica").unwrap();
+        let replica = failure(&fill);
+        assert_eq!(replica.0, "QL423", "{replica:?}");
+        Spi::run("SET LOCAL session_replication_role = origin").unwrap();
+        as_owner();
+        let owner = failure(&fill);
+        assert_eq!(owner.0, "QL423", "{owner:?}");
+        Spi::run("RESET ROLE").unwrap();
+        as_edge();
+        let edge = failure(&fill);
+        assert_eq!(edge.0, "42501", "{edge:?}");
+        let seal = failure(&format!("SELECT querylayer.ledger_seal('{pending}'::uuid, 10)"));
+        assert_eq!(seal.0, "42501", "the edge cannot call the sealer: {seal:?}");
+        Spi::run("RESET ROLE").unwrap();
+        assert_eq!(seq_of(&pending), None);
+    }
+
+    #[pg_test]
+    fn a_seal_fills_an_empty_link_once_and_changes_nothing_else() {
+        let seal = |old: &str, new: &str| {
+            Spi::get_one::<bool>(&format!("SELECT querylayer.is_seal('{old}'::jsonb, '{new}'::jsonb)"))
+                .unwrap()
+                .unwrap()
+        };
+        let prev = "\\\\x".to_string() + &"11".repeat(32);
+        let content = "\\\\x".to_string() + &"22".repeat(32);
+        let record = format!(
+            "\\\\x{}",
+            text(&format!(
+                "SELECT encode(sha256(decode('{}', 'hex')), 'hex')",
+                "11".repeat(32) + &"22".repeat(32)
+            ))
+        );
+        let pending = format!(
+            r#"{{"id": "a", "value": 1, "chain_seq": null, "prev_sha256": null, "record_sha256": null, "content_sha256": "{content}"}}"#
+        );
+        let sealed = format!(
+            r#"{{"id": "a", "value": 1, "chain_seq": 7, "prev_sha256": "{prev}", "record_sha256": "{record}", "content_sha256": "{content}"}}"#
+        );
+        assert!(seal(&pending, &sealed));
+        // Anything else changed with it, a wrong record hash, an already sealed record, or a
+        // table without a link: not a seal.
+        assert!(!seal(&pending, &sealed.replace(r#""value": 1"#, r#""value": 2"#)));
+        assert!(!seal(&pending, &sealed.replace(&record, &prev)));
+        assert!(!seal(&sealed, &sealed.replace(r#""chain_seq": 7"#, r#""chain_seq": 8"#)));
+        assert!(!seal(r#"{"id": "a"}"#, r#"{"id": "a"}"#));
+    }
+
+    #[pg_test]
+    fn verify_names_a_pending_record_edited_orphaned_or_gone() {
+        let secret = demo_secret();
+        let run = begun_run(&secret);
+        let pending = restored_pending_artifact(&run, "restored");
+        Spi::run("ALTER TABLE querylayer.run_artifacts DISABLE TRIGGER append_only_row").unwrap();
+        Spi::run(&format!("UPDATE querylayer.run_artifacts SET value = '\"edited\"' WHERE id = '{pending}'"))
+            .unwrap();
+        let edited = json("SELECT querylayer_api.verify_ledger('demo')");
+        assert_eq!(edited["ok"], false);
+        assert_eq!(edited["broken"]["id"], pending.as_str());
+        assert_eq!(edited["broken"]["problem"], "content does not match content_sha256 (record edited)");
+        Spi::run(&format!(
+            "UPDATE querylayer.run_artifacts SET value = '\"restored\"' WHERE id = '{pending}'"
+        ))
+        .unwrap();
+        assert_eq!(json("SELECT querylayer_api.verify_ledger('demo')")["ok"], true);
+
+        // Its entry deleted: it would never be sealed.
+        Spi::run("CREATE TEMP TABLE entries ON COMMIT DROP AS SELECT * FROM querylayer.ledger_pending")
+            .unwrap();
+        Spi::run("DELETE FROM querylayer.ledger_pending").unwrap();
+        let orphaned = json("SELECT querylayer_api.verify_ledger('demo')");
+        assert_eq!(orphaned["ok"], false);
+        assert!(orphaned["broken"]["problem"].as_str().unwrap().contains("waits for no seal"), "{orphaned}");
+        Spi::run("INSERT INTO querylayer.ledger_pending SELECT * FROM entries").unwrap();
+
+        // The record deleted behind the triggers, its entry left: verify and the sealer name it.
+        Spi::run(&format!("DELETE FROM querylayer.run_artifacts WHERE id = '{pending}'")).unwrap();
+        let gone = json("SELECT querylayer_api.verify_ledger('demo')");
+        assert_eq!(gone["ok"], false);
+        assert!(
+            gone["broken"]["problem"].as_str().unwrap().contains("a pending record is missing"),
+            "{gone}"
+        );
+        let sealing = failure("SELECT querylayer_api.seal_ledger('demo')");
+        assert_eq!(sealing.0, "QLL09", "{sealing:?}");
     }
 }
