@@ -43,7 +43,11 @@ fn a_held_site_history_stalls_no_write_and_a_seal_that_must_wait_answers_busy_in
     let started = Instant::now();
     let run = as_connection(&db, &a, "SELECT querylayer_api.begin_run('a.work')").unwrap();
     assert_eq!(run["state"], "open", "{run}");
-    assert!(started.elapsed() < Duration::from_secs(2), "a writer waited for the head: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "a writer waited for the head: {:?}",
+        started.elapsed()
+    );
     // A seal that must happen now (as a checkpoint's) waits at most ledger_lock_timeout_ms.
     let started = Instant::now();
     let err = db.dba().query_one("SELECT querylayer_api.seal_ledger('site-a'::text)", &[]).unwrap_err();
