@@ -348,6 +348,25 @@ SQL
     WORKER_URL=${WORKER_PASSWORD:+"postgres://ql_worker:$WORKER_PASSWORD@127.0.0.1:$port/querylayer"}
 }
 
+# A throwaway CA and a server certificate it signed, for tests that need TLS: in directory $1,
+# ca.pem/ca.key and server.pem/server.key, the server's subjectAltName $2 (DNS:localhost,
+# IP:127.0.0.1, …). Valid two days.
+test_certificates() {
+    local dir=$1 san=$2
+    command -v openssl >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get install -y -qq openssl >/dev/null; }
+    mkdir -p "$dir"
+    (
+        cd "$dir"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=QueryLayer test CA" \
+            -keyout ca.key -out ca.pem 2>/dev/null
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=querylayer-test" -keyout server.key -out server.csr 2>/dev/null
+        printf 'subjectAltName=%s\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' \
+            "$san" > server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile server.ext -out server.pem 2>/dev/null
+    )
+}
+
 # A virtual environment for the Python test clients (tests/.venv), with the requirements of each
 # file given (pip skips what is already there).
 python_env() {

@@ -43,8 +43,10 @@ BEGIN
                   HINT = 'an envelope authorizes the one request it signs; send each request with its own envelope';
     END IF;
     IF p_scope IS NOT NULL AND NOT (p_scope = ANY (querylayer.ctx_scopes())) THEN
+        -- DETAIL names the scope for the edge: an OAuth client is answered with the step-up
+        -- challenge for it (docs/security.md, "OAuth").
         RAISE EXCEPTION 'this connection does not hold the scope %', p_scope
-            USING ERRCODE = 'QL403',
+            USING ERRCODE = 'QL403', DETAIL = 'required_scope=' || p_scope,
                   HINT = 'an operator can grant the scope to the agent on this site and issue a connection that carries it';
     END IF;
 END

@@ -7,7 +7,8 @@ CREATE TABLE querylayer.settings (
                                                  'evidence_reverify_after_days', 'form_rejected_retention_days',
                                                  'ledger_lock_timeout_ms', 'run_deadline_default_seconds',
                                                  'run_deadline_max_seconds', 'idempotency_key_ttl_hours',
-                                                 'audit_retention_days', 'readiness_min_free_mb')),
+                                                 'audit_retention_days', 'readiness_min_free_mb',
+                                                 'oauth_code_ttl_seconds')),
     value      jsonb NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now(),
     updated_by text NOT NULL DEFAULT 'install'
@@ -24,7 +25,9 @@ INSERT INTO querylayer.settings (key, value) VALUES
     ('run_deadline_max_seconds', '604800'),
     ('idempotency_key_ttl_hours', '24'),
     ('audit_retention_days', '90'),
-    ('readiness_min_free_mb', '64');
+    ('readiness_min_free_mb', '64'),
+    -- How long an OAuth authorization code may wait for its redemption (sql/190_oauth.sql).
+    ('oauth_code_ttl_seconds', '60');
 
 -- A restore (docs/operations.md) brings every setting as it was dumped, in place of the row this
 -- install seeded. Fires in replica mode only, and only a restoring superuser gets past the test.
@@ -63,7 +66,8 @@ BEGIN
         ('run_deadline_max_seconds', 1, 31536000, 'seconds'),
         ('idempotency_key_ttl_hours', 1, 8760, 'hours'),
         ('audit_retention_days', 1, 36500, 'days'),
-        ('readiness_min_free_mb', 0, 1048576, 'MiB')) AS r(key, lo, hi, unit)
+        ('readiness_min_free_mb', 0, 1048576, 'MiB'),
+        ('oauth_code_ttl_seconds', 1, 600, 'seconds')) AS r(key, lo, hi, unit)
      WHERE r.key = p_key;
     IF p_value IS NULL OR p_value !~ '^[0-9]{1,9}$' OR p_value::integer NOT BETWEEN v_min AND v_max THEN
         RAISE EXCEPTION '% must be a number of % between % and %', p_key, v_unit, v_min, v_max USING ERRCODE = '22023';
@@ -111,7 +115,7 @@ BEGIN
             END IF;
             v := to_jsonb(p_value::integer);
         WHEN 'ledger_lock_timeout_ms', 'run_deadline_default_seconds', 'run_deadline_max_seconds',
-             'idempotency_key_ttl_hours', 'audit_retention_days', 'readiness_min_free_mb' THEN
+             'idempotency_key_ttl_hours', 'audit_retention_days', 'readiness_min_free_mb', 'oauth_code_ttl_seconds' THEN
             v := to_jsonb(querylayer.integer_setting(p_key, p_value));
         ELSE
             RAISE EXCEPTION 'unknown setting %; known: %', coalesce(quote_literal(p_key), 'NULL'),

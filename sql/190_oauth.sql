@@ -6,18 +6,41 @@
 -- fingerprint, the same scope checks, revocation and audit as every connection. Codes and
 -- refresh tokens are stored as their SHA-256 only, like every credential.
 
--- A client registered through dynamic client registration (RFC 7591). Public clients only (no
--- client secret): PKCE binds the code to the client that asked for it.
+-- The URL of a Client ID Metadata Document, as a client_id: https, a host, a path that is not
+-- the root, no fragment, user info, query or white space, at most 512 characters.
+CREATE FUNCTION querylayer.oauth_document_url_valid(p_url text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_url IS NOT NULL AND length(p_url) <= 512 AND p_url !~ '[[:space:][:cntrl:]#?@]'
+       AND p_url ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^/].*$'
+$$;
+
+-- A client: registered through dynamic client registration (RFC 7591, a qlo_ id), or named by
+-- the https URL of its Client ID Metadata Document (the row records the first document the edge
+-- fetched; oauth_client_documents holds every version since). Public clients only (no client
+-- secret): PKCE binds the code to the client that asked for it.
 CREATE TABLE querylayer.oauth_clients (
-    client_id     text PRIMARY KEY CHECK (client_id ~ '^qlo_[0-9a-f]{32}$'),
+    client_id     text PRIMARY KEY CHECK (client_id ~ '^qlo_[0-9a-f]{32}$' OR querylayer.oauth_document_url_valid(client_id)),
     client_name   text NOT NULL CHECK (client_name ~ '^[^[:cntrl:]]{1,120}$'),
     redirect_uris text[] NOT NULL CHECK (cardinality(redirect_uris) BETWEEN 1 AND 8),
     created_at    timestamptz NOT NULL DEFAULT now()
 );
 SELECT querylayer.make_append_only('querylayer.oauth_clients'::regclass);
 
+-- Each version of a Client ID Metadata Document the edge fetched (its name and redirect URIs as
+-- the document said, and the document's SHA-256): the newest one is what the client may do now.
+-- Append-only: what a client claimed, and when, stays on record.
+CREATE TABLE querylayer.oauth_client_documents (
+    client_id       text NOT NULL REFERENCES querylayer.oauth_clients ON DELETE RESTRICT,
+    fetched_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    document_sha256 bytea NOT NULL CHECK (length(document_sha256) = 32),
+    client_name     text NOT NULL CHECK (client_name ~ '^[^[:cntrl:]]{1,120}$'),
+    redirect_uris   text[] NOT NULL CHECK (cardinality(redirect_uris) BETWEEN 1 AND 8),
+    PRIMARY KEY (client_id, fetched_at)
+);
+SELECT querylayer.make_append_only('querylayer.oauth_client_documents'::regclass);
+
 -- An authorization code: what the member consented to, bound to the client, the redirect URI,
--- the PKCE challenge (S256) and the resource. Single use, sixty seconds.
+-- the PKCE challenge (S256) and the resource. Single use, for oauth_code_ttl_seconds (60).
 CREATE TABLE querylayer.oauth_codes (
     code_sha256     bytea PRIMARY KEY CHECK (length(code_sha256) = 32),
     site_id         uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
@@ -180,39 +203,141 @@ BEGIN
 END
 $$;
 
--- A registered client, for the consent page: its name and whether p_redirect_uri is one of its
--- own. 22023 for an unknown client.
+-- What a client may do now: the registered row, or for a metadata-document client its newest
+-- document. No row for an unknown client.
+CREATE FUNCTION querylayer.oauth_client_now(p_client_id text)
+RETURNS TABLE (client_id text, client_name text, redirect_uris text[], from_document boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT c.client_id, coalesce(d.client_name, c.client_name), coalesce(d.redirect_uris, c.redirect_uris),
+           d.client_id IS NOT NULL
+      FROM querylayer.oauth_clients c
+      LEFT JOIN LATERAL (SELECT * FROM querylayer.oauth_client_documents x
+                          WHERE x.client_id = c.client_id ORDER BY x.fetched_at DESC LIMIT 1) d ON true
+     WHERE c.client_id = p_client_id
+$$;
+
+-- Records the Client ID Metadata Document the edge fetched from p_client_id (its JSON, as
+-- parsed): it must name itself (client_id equal to the URL), list one to eight redirect URIs
+-- that are https or loopback http, and be a public client (token_endpoint_auth_method none, when
+-- given; grant types within authorization_code and refresh_token). A new version is kept only
+-- when the document changed. Anyone may record one: a document grants nothing until a member
+-- consents, and its URL is the client's identity. Returns {client_id, client_name,
+-- redirect_uris, changed}.
+CREATE FUNCTION querylayer_api.oauth_record_client_document(p_client_id text, p_document jsonb) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_name   text;
+    v_uris   text[];
+    v_bad    text;
+    v_sha    bytea;
+    v_now    record;
+    v_change boolean := false;
+BEGIN
+    IF NOT querylayer.oauth_document_url_valid(p_client_id) THEN
+        RAISE EXCEPTION 'client_id: a client metadata document is named by an https URL with a path' USING ERRCODE = '22023';
+    END IF;
+    IF p_document IS NULL OR jsonb_typeof(p_document) <> 'object' THEN
+        RAISE EXCEPTION 'the client metadata document must be a JSON object' USING ERRCODE = '22023';
+    END IF;
+    IF p_document->>'client_id' IS DISTINCT FROM p_client_id THEN
+        RAISE EXCEPTION 'the client metadata document names another client_id than its own URL' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(p_document->'redirect_uris') IS DISTINCT FROM 'array'
+       OR jsonb_array_length(p_document->'redirect_uris') NOT BETWEEN 1 AND 8
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_document->'redirect_uris') e WHERE jsonb_typeof(e) <> 'string') THEN
+        RAISE EXCEPTION 'redirect_uris: one to eight redirect URIs are required' USING ERRCODE = '22023';
+    END IF;
+    v_uris := ARRAY(SELECT jsonb_array_elements_text(p_document->'redirect_uris'));
+    SELECT u INTO v_bad FROM unnest(v_uris) u WHERE NOT querylayer.oauth_redirect_uri_valid(u) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'redirect_uris: % is neither https nor a loopback http URI', left(coalesce(v_bad, 'NULL'), 200)
+            USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(p_document->>'token_endpoint_auth_method', 'none') <> 'none' THEN
+        RAISE EXCEPTION 'token_endpoint_auth_method: only public clients (none) are supported' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(p_document->'grant_types') = 'array' AND EXISTS (
+        SELECT 1 FROM jsonb_array_elements_text(p_document->'grant_types') g WHERE g NOT IN ('authorization_code', 'refresh_token')) THEN
+        RAISE EXCEPTION 'grant_types: only authorization_code and refresh_token' USING ERRCODE = '22023';
+    END IF;
+    v_name := coalesce(nullif(btrim(regexp_replace(left(coalesce(p_document->>'client_name', ''), 120), '[[:cntrl:]]', '', 'g')), ''),
+                       substring(p_client_id FROM '^https://([^/:]+)'));
+    v_sha := sha256(convert_to(p_document::text, 'UTF8'));
+    INSERT INTO querylayer.oauth_clients (client_id, client_name, redirect_uris)
+    VALUES (p_client_id, v_name, v_uris) ON CONFLICT (client_id) DO NOTHING;
+    SELECT * INTO v_now FROM querylayer.oauth_client_now(p_client_id);
+    IF NOT v_now.from_document OR v_now.client_name <> v_name OR v_now.redirect_uris <> v_uris
+       OR (SELECT d.document_sha256 FROM querylayer.oauth_client_documents d
+            WHERE d.client_id = p_client_id ORDER BY d.fetched_at DESC LIMIT 1) IS DISTINCT FROM v_sha THEN
+        INSERT INTO querylayer.oauth_client_documents (client_id, document_sha256, client_name, redirect_uris)
+        VALUES (p_client_id, v_sha, v_name, v_uris);
+        v_change := true;
+    END IF;
+    RETURN jsonb_build_object('client_id', p_client_id, 'client_name', v_name, 'redirect_uris', to_jsonb(v_uris),
+                              'changed', v_change);
+END
+$$;
+
+-- A client, for the consent page: its name and whether p_redirect_uri is one of its own.
+-- 22023 for an unknown client.
 CREATE FUNCTION querylayer_api.oauth_client(p_client_id text, p_redirect_uri text) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_client querylayer.oauth_clients;
+    v_client record;
 BEGIN
-    SELECT * INTO v_client FROM querylayer.oauth_clients WHERE client_id = p_client_id;
+    SELECT * INTO v_client FROM querylayer.oauth_client_now(p_client_id);
     IF NOT FOUND THEN
         RAISE EXCEPTION 'client_id: no such client' USING ERRCODE = '22023';
     END IF;
     RETURN jsonb_build_object('client_id', v_client.client_id, 'client_name', v_client.client_name,
+                              'from_document', v_client.from_document,
                               'redirect_uri_ok', querylayer.oauth_redirect_uri_matches(v_client.redirect_uris, p_redirect_uri));
+END
+$$;
+
+-- A new agent of the context's organization for one client, named after it
+-- (oauth-<name>[-n]): what consent registers when the member chooses "a new agent".
+CREATE FUNCTION querylayer.oauth_new_agent(p_client_name text) RETURNS querylayer.agents
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_base text := 'oauth-' || coalesce(nullif(left(trim(both '-' FROM regexp_replace(lower(p_client_name), '[^a-z0-9]+', '-', 'g')), 40), ''), 'client');
+    v_handle text := v_base;
+    v      querylayer.agents;
+    i      integer := 1;
+BEGIN
+    WHILE EXISTS (SELECT 1 FROM querylayer.agents a WHERE a.organization_id = querylayer.ctx_organization_id()
+                     AND (a.handle = v_handle OR a.principal = v_handle)) LOOP
+        i := i + 1;
+        v_handle := v_base || '-' || i;
+    END LOOP;
+    INSERT INTO querylayer.agents (organization_id, handle, kind, principal)
+    VALUES (querylayer.ctx_organization_id(), v_handle, 'generic', v_handle)
+    RETURNING * INTO v;
+    PERFORM querylayer.audit('agent.create'::text, v.id::text,
+        jsonb_build_object('handle', v.handle, 'kind', v.kind, 'for_oauth_client', p_client_name));
+    RETURN v;
 END
 $$;
 
 -- The member's consent ("Allow"): an owner or admin of the context's site lets p_agent act for
 -- the client with p_scopes (never more than the agent holds on the site) until p_expires_at.
--- Returns the authorization code, once; only its SHA-256 is kept.
+-- With p_new_agent, p_agent is ignored: a new agent is registered for the client and granted
+-- p_scopes on the site (the member may grant scopes, console_grant_agent_scopes). Returns the
+-- authorization code, once; only its SHA-256 is kept.
 CREATE FUNCTION querylayer_api.oauth_consent(
     p_client_id text, p_redirect_uri text, p_code_challenge text, p_code_challenge_method text,
-    p_resource text, p_agent text, p_scopes text[], p_expires_at timestamptz
+    p_resource text, p_agent text, p_scopes text[], p_expires_at timestamptz, p_new_agent boolean DEFAULT false
 ) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_client  querylayer.oauth_clients;
+    v_client  record;
     v_agent   querylayer.agents;
     v_scopes  text[];
     v_missing text[];
     v_new     record;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
-    SELECT * INTO v_client FROM querylayer.oauth_clients WHERE client_id = p_client_id;
+    SELECT * INTO v_client FROM querylayer.oauth_client_now(p_client_id);
     IF NOT FOUND THEN
         RAISE EXCEPTION 'client_id: no such client' USING ERRCODE = '22023';
     END IF;
@@ -226,8 +351,14 @@ BEGIN
     IF p_resource IS NULL OR p_resource = '' THEN
         RAISE EXCEPTION 'resource: the resource indicator is required' USING ERRCODE = '22023';
     END IF;
-    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
     v_scopes := querylayer.normalize_scopes(p_scopes);
+    IF coalesce(p_new_agent, false) THEN
+        v_agent := querylayer.oauth_new_agent(v_client.client_name);
+        PERFORM querylayer.change_agent_scopes(querylayer.ctx_site_id(), v_agent, v_scopes, true,
+                                               'member:' || querylayer.ctx_member_id());
+    ELSE
+        v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
+    END IF;
     SELECT array_agg(s ORDER BY s) INTO v_missing
       FROM unnest(v_scopes) AS s
      WHERE NOT EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
@@ -240,14 +371,16 @@ BEGIN
     END IF;
     SELECT * INTO v_new FROM querylayer.new_secret('qla'::text);
     INSERT INTO querylayer.oauth_codes (code_sha256, site_id, organization_id, client_id, redirect_uri, code_challenge,
-                                        resource, member_id, agent_id, scopes, grant_expires_at)
+                                        resource, member_id, agent_id, scopes, grant_expires_at, expires_at)
     VALUES (v_new.fingerprint, querylayer.ctx_site_id(), querylayer.ctx_organization_id(), v_client.client_id,
             p_redirect_uri, p_code_challenge, p_resource, querylayer.ctx_member_id(), v_agent.id, v_scopes,
-            querylayer.check_expiry(p_expires_at));
+            querylayer.check_expiry(p_expires_at),
+            now() + make_interval(secs => coalesce(querylayer.setting_int('oauth_code_ttl_seconds'::text), 60)));
     PERFORM querylayer.audit('oauth.consent'::text, v_client.client_id,
         jsonb_build_object('client_name', v_client.client_name, 'agent_id', v_agent.id, 'scopes', v_scopes,
-                           'expires_at', p_expires_at));
-    RETURN jsonb_build_object('code', v_new.secret, 'agent', v_agent.handle, 'scopes', to_jsonb(v_scopes));
+                           'new_agent', coalesce(p_new_agent, false), 'expires_at', p_expires_at));
+    RETURN jsonb_build_object('code', v_new.secret, 'agent', v_agent.handle, 'scopes', to_jsonb(v_scopes),
+                              'new_agent', coalesce(p_new_agent, false));
 END
 $$;
 
@@ -494,4 +627,5 @@ END
 $$;
 
 GRANT EXECUTE ON FUNCTION querylayer_api.oauth_register_client, querylayer_api.oauth_client,
-    querylayer_api.oauth_consent, querylayer_api.oauth_revoke_current TO querylayer_edge;
+    querylayer_api.oauth_record_client_document, querylayer_api.oauth_consent, querylayer_api.oauth_revoke_current
+    TO querylayer_edge;

@@ -7,10 +7,10 @@
 //! which names the edge itself as the authorization server (the `oauth` module).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{Request, State};
-use axum::http::{header, Extensions, HeaderMap, HeaderValue};
+use axum::http::{header, Extensions, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -47,6 +47,9 @@ pub struct Principal {
     pub confirmed: bool,
     /// Set when the database found an admitted credential dead: the answer becomes the 401.
     pub dead: Arc<AtomicBool>,
+    /// Set when the database refused a call of an OAuth connection for a scope it lacks: the
+    /// answer becomes the step-up challenge naming it (`step_up_challenge`).
+    pub lacks: Arc<Mutex<Option<String>>>,
     /// The request's database round trips.
     pub trips: RoundTrips,
 }
@@ -56,6 +59,15 @@ impl Principal {
     pub fn found_dead(&self) {
         if !self.confirmed {
             self.dead.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The database refused a call for want of `scope`. A connection issued through OAuth gets
+    /// the step-up challenge (its client asks the member for the scope and retries); any other
+    /// keeps the tool error, which names the scope too.
+    pub fn lacks_scope(&self, scope: &str) {
+        if self.context.via_oauth() {
+            *self.lacks.lock().unwrap_or_else(|e| e.into_inner()) = Some(scope.to_string());
         }
     }
 }
@@ -80,10 +92,21 @@ pub async fn require_connection(State(state): State<AppState>, mut request: Requ
         },
     };
     let dead = Arc::new(AtomicBool::new(false));
-    request.extensions_mut().insert(Principal { fingerprint, context, confirmed, dead: dead.clone(), trips });
+    let lacks = Arc::new(Mutex::new(None));
+    request.extensions_mut().insert(Principal {
+        fingerprint,
+        context,
+        confirmed,
+        dead: dead.clone(),
+        lacks: lacks.clone(),
+        trips,
+    });
     let response = next.run(request).await;
     if dead.load(Ordering::Relaxed) {
         return challenge(&state, Error::unauthenticated());
+    }
+    if let Some(scope) = lacks.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return step_up_challenge(&state, &scope);
     }
     response
 }
@@ -123,6 +146,29 @@ pub async fn confirm(
 pub fn challenge(state: &AppState, error: Error) -> Response {
     let mut response = error.into_response();
     let value = format!(r#"Bearer resource_metadata="{}""#, state.config.resource_metadata_url());
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// The step-up challenge of the MCP authorization specification: 403 with `WWW-Authenticate:
+/// Bearer error="insufficient_scope"`, the scope the refused operation needs (the client adds it
+/// to what it asked before and asks the member again) and the resource metadata. The body is the
+/// edge's error object, as for the 401. Only for connections issued through OAuth.
+pub fn step_up_challenge(state: &AppState, scope: &str) -> Response {
+    let mut error = Error::new(
+        StatusCode::FORBIDDEN,
+        Code::Forbidden,
+        format!("this connection does not hold the scope {scope}"),
+    )
+    .with_hint("ask the member to allow the scope: authorize again with it (the MCP step-up flow)");
+    error.required_scope = Some(scope.to_string());
+    let mut response = error.into_response();
+    let value = format!(
+        r#"Bearer error="insufficient_scope", scope="{scope}", resource_metadata="{}", error_description="this call needs the scope {scope}""#,
+        state.config.resource_metadata_url()
+    );
     if let Ok(value) = HeaderValue::from_str(&value) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
     }

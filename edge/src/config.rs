@@ -55,6 +55,29 @@ pub struct ServeArgs {
     #[arg(long, env = "QUERYLAYER_AUTH_FAILURE_BURST", default_value_t = 60)]
     pub auth_failure_burst: u32,
 
+    /// Dynamic client registrations (`POST /register`) per second a peer address may make on
+    /// average, beyond its burst answered 429; 0 turns the limit off.
+    #[arg(long, env = "QUERYLAYER_REGISTRATION_RATE", default_value_t = 0.1)]
+    pub registration_rate: f64,
+
+    /// How many client registrations a peer address may make at once.
+    #[arg(long, env = "QUERYLAYER_REGISTRATION_BURST", default_value_t = 20)]
+    pub registration_burst: u32,
+
+    /// Also fetch OAuth Client ID Metadata Documents from loopback, private and other non-public
+    /// addresses. Off by default: client_id URLs come from anyone.
+    #[arg(long, env = "QUERYLAYER_CLIENT_METADATA_ALLOW_PRIVATE_NETWORKS")]
+    pub client_metadata_allow_private_networks: bool,
+
+    /// PEM certificates to trust, besides the web's roots, when fetching Client ID Metadata
+    /// Documents (a private CA).
+    #[arg(long, env = "QUERYLAYER_CLIENT_METADATA_CA_FILE")]
+    pub client_metadata_ca_file: Option<std::path::PathBuf>,
+
+    /// How long fetching one Client ID Metadata Document may take, in seconds.
+    #[arg(long, env = "QUERYLAYER_CLIENT_METADATA_TIMEOUT", default_value_t = 5)]
+    pub client_metadata_timeout_secs: u64,
+
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "QUERYLAYER_MAX_BODY_BYTES", default_value_t = 2 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -165,6 +188,10 @@ pub struct HttpConfig {
     pub rate_burst: u32,
     pub auth_failure_rate: f64,
     pub auth_failure_burst: u32,
+    pub registration_rate: f64,
+    pub registration_burst: u32,
+    /// How Client ID Metadata Documents are fetched.
+    pub client_documents: crate::client_documents::DocumentLimits,
     /// Serve the envelope-authenticated `/v1` API.
     pub require_auth: bool,
     /// The LLM that writes answers, if configured.
@@ -250,6 +277,19 @@ impl HttpConfig {
             rate_burst: args.rate_burst,
             auth_failure_rate: args.auth_failure_rate,
             auth_failure_burst: args.auth_failure_burst,
+            registration_rate: args.registration_rate,
+            registration_burst: args.registration_burst,
+            client_documents: crate::client_documents::DocumentLimits {
+                allow_private_networks: args.client_metadata_allow_private_networks,
+                ca_pem: match &args.client_metadata_ca_file {
+                    Some(path) => Some(
+                        std::fs::read(path)
+                            .map_err(|e| format!("--client-metadata-ca-file {}: {e}", path.display()))?,
+                    ),
+                    None => None,
+                },
+                timeout_secs: args.client_metadata_timeout_secs,
+            },
             require_auth: args.require_auth,
             llm: match (&args.llm_url, &args.llm_model) {
                 (Some(url), Some(model)) => Some(crate::llm::Llm::new(crate::llm::LlmConfig {

@@ -184,6 +184,17 @@ pub struct ConnectionContext {
     pub site: String,
     pub agent: String,
     pub scopes: Vec<String>,
+    /// What the connection says it is run by; `oauth` for a connection a member's OAuth consent
+    /// issued (sql/190_oauth.sql), whose client can ask the member for more scopes.
+    #[serde(default)]
+    pub harness: Option<String>,
+}
+
+impl ConnectionContext {
+    /// Issued through OAuth: its client re-authorizes when told which scope it lacks.
+    pub fn via_oauth(&self) -> bool {
+        self.harness.as_deref() == Some("oauth")
+    }
 }
 
 /// What `querylayer_api.authenticate_member` says about a live member token.

@@ -230,11 +230,22 @@ pub struct Error {
     /// For the log only; never sent to a client.
     detail: Option<String>,
     retry_after_secs: Option<u64>,
+    /// The scope a `forbidden` refusal names as missing (the function's DETAIL
+    /// `required_scope=…`): in the error object, and the step-up challenge of an OAuth client.
+    pub required_scope: Option<String>,
 }
 
 impl Error {
     pub fn new(status: StatusCode, code: Code, message: impl Into<String>) -> Self {
-        Error { status, code, message: message.into(), hint: None, detail: None, retry_after_secs: None }
+        Error {
+            status,
+            code,
+            message: message.into(),
+            hint: None,
+            detail: None,
+            retry_after_secs: None,
+            required_scope: None,
+        }
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
@@ -381,11 +392,22 @@ impl Error {
         }
         let mut e = Error::new(status, code, db.message());
         e.hint = db.hint().map(str::to_string);
+        if code == Code::Forbidden {
+            e.required_scope = db
+                .detail()
+                .and_then(|d| d.strip_prefix("required_scope="))
+                .filter(|s| {
+                    (1..=40).contains(&s.len())
+                        && s.bytes().all(|b| b.is_ascii_lowercase() || b == b':' || b == b'-')
+                })
+                .map(str::to_string);
+        }
         e.detail = Some(detail);
         e
     }
 
-    /// The JSON object sent to clients: `{"code", "message", "hint"?, "retry_after"?}`.
+    /// The JSON object sent to clients: `{"code", "message", "hint"?, "retry_after"?,
+    /// "required_scope"?}`.
     pub fn body(&self) -> Value {
         let mut body = json!({ "code": self.code, "message": self.message });
         if let Some(hint) = &self.hint {
@@ -393,6 +415,9 @@ impl Error {
         }
         if let Some(secs) = self.retry_after_secs {
             body["retry_after"] = json!(secs);
+        }
+        if let Some(scope) = &self.required_scope {
+            body["required_scope"] = json!(scope);
         }
         body
     }

@@ -231,7 +231,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         };
         tracing::info!(address = %bound, "metrics at /metrics");
     }
-    let state = AppState::new(db, config);
+    let state = AppState::new(db, config)?;
     let (reads, writes) = state.sites.budgets();
     tracing::info!(
         pool = args.db_pool_size,

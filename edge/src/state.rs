@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 
 use crate::bulkhead::SiteLimits;
+use crate::client_documents::ClientDocuments;
 use crate::config::HttpConfig;
 use crate::db::Db;
 use crate::health::Readiness;
@@ -22,16 +23,31 @@ pub struct AppState {
     pub auth_failures: Arc<FailureBudget>,
     pub sites: Arc<SiteLimits>,
     pub readiness: Arc<Readiness>,
+    /// Dynamic client registrations, by peer address.
+    pub registrations: Arc<FailureBudget>,
+    /// The OAuth clients named by their metadata documents (`oauth::documents`).
+    pub client_documents: Arc<ClientDocuments>,
 }
 
 impl AppState {
-    pub fn new(db: Db, config: HttpConfig) -> Self {
+    pub fn new(db: Db, config: HttpConfig) -> Result<Self, String> {
         let limiter = Arc::new(RateLimiter::new(config.rate_limit_per_sec, config.rate_burst));
         let auth_failures = Arc::new(FailureBudget::new(config.auth_failure_rate, config.auth_failure_burst));
+        let registrations = Arc::new(FailureBudget::new(config.registration_rate, config.registration_burst));
         let sites =
             Arc::new(SiteLimits::new(0, Some(config.site_reads), Some(config.site_writes), config.site_wait));
         let readiness = Readiness::new(config.readiness.clone(), config.readiness_tls.clone());
-        AppState { db, config: Arc::new(config), limiter, auth_failures, sites, readiness }
+        let client_documents = Arc::new(ClientDocuments::new(&config.client_documents)?);
+        Ok(AppState {
+            db,
+            config: Arc::new(config),
+            limiter,
+            auth_failures,
+            sites,
+            readiness,
+            registrations,
+            client_documents,
+        })
     }
 }
 

@@ -12,6 +12,21 @@
 -- scripts/upgrade-script (docs/operations.md, "Schema changes").
 \echo Use "ALTER EXTENSION querylayer UPDATE TO '0.4.0'" to load this file. \quit
 
+-- (a) sql/upgrades/0.4.0/18-oauth-clients.pre.sql
+
+-- Issue 18: Client ID Metadata Documents (sql/190_oauth.sql). Before the functions: the table
+-- querylayer.oauth_client_now reads, and the 0.3.0 signature of oauth_consent, which gained
+-- p_new_agent (CREATE OR REPLACE cannot add a parameter).
+CREATE TABLE querylayer.oauth_client_documents (
+    client_id       text NOT NULL REFERENCES querylayer.oauth_clients ON DELETE RESTRICT,
+    fetched_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    document_sha256 bytea NOT NULL CHECK (length(document_sha256) = 32),
+    client_name     text NOT NULL CHECK (client_name ~ '^[^[:cntrl:]]{1,120}$'),
+    redirect_uris   text[] NOT NULL CHECK (cardinality(redirect_uris) BETWEEN 1 AND 8),
+    PRIMARY KEY (client_id, fetched_at)
+);
+DROP FUNCTION querylayer_api.oauth_consent(text, text, text, text, text, text, text[], timestamptz);
+
 -- (b) the functions of a fresh 0.4.0 install
 
 CREATE OR REPLACE FUNCTION querylayer.acting_principal()
@@ -2159,7 +2174,8 @@ BEGIN
         ('run_deadline_max_seconds', 1, 31536000, 'seconds'),
         ('idempotency_key_ttl_hours', 1, 8760, 'hours'),
         ('audit_retention_days', 1, 36500, 'days'),
-        ('readiness_min_free_mb', 0, 1048576, 'MiB')) AS r(key, lo, hi, unit)
+        ('readiness_min_free_mb', 0, 1048576, 'MiB'),
+        ('oauth_code_ttl_seconds', 1, 600, 'seconds')) AS r(key, lo, hi, unit)
      WHERE r.key = p_key;
     IF p_value IS NULL OR p_value !~ '^[0-9]{1,9}$' OR p_value::integer NOT BETWEEN v_min AND v_max THEN
         RAISE EXCEPTION '% must be a number of % between % and %', p_key, v_unit, v_min, v_max USING ERRCODE = '22023';
@@ -3264,6 +3280,34 @@ $function$;
 ALTER FUNCTION querylayer.normalize_scopes(text[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.normalize_scopes(text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.oauth_client_now(p_client_id text)
+ RETURNS TABLE(client_id text, client_name text, redirect_uris text[], from_document boolean)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT c.client_id, coalesce(d.client_name, c.client_name), coalesce(d.redirect_uris, c.redirect_uris),
+           d.client_id IS NOT NULL
+      FROM querylayer.oauth_clients c
+      LEFT JOIN LATERAL (SELECT * FROM querylayer.oauth_client_documents x
+                          WHERE x.client_id = c.client_id ORDER BY x.fetched_at DESC LIMIT 1) d ON true
+     WHERE c.client_id = p_client_id
+$function$;
+ALTER FUNCTION querylayer.oauth_client_now(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_client_now(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_document_url_valid(p_url text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT p_url IS NOT NULL AND length(p_url) <= 512 AND p_url !~ '[[:space:][:cntrl:]#?@]'
+       AND p_url ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^/].*$'
+$function$;
+ALTER FUNCTION querylayer.oauth_document_url_valid(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_document_url_valid(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.oauth_issue_first(p_grant querylayer.oauth_grants, p_code querylayer.oauth_codes)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3290,6 +3334,33 @@ END
 $function$;
 ALTER FUNCTION querylayer.oauth_issue_first(querylayer.oauth_grants,querylayer.oauth_codes) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.oauth_issue_first(querylayer.oauth_grants,querylayer.oauth_codes) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.oauth_new_agent(p_client_name text)
+ RETURNS querylayer.agents
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_base text := 'oauth-' || coalesce(nullif(left(trim(both '-' FROM regexp_replace(lower(p_client_name), '[^a-z0-9]+', '-', 'g')), 40), ''), 'client');
+    v_handle text := v_base;
+    v      querylayer.agents;
+    i      integer := 1;
+BEGIN
+    WHILE EXISTS (SELECT 1 FROM querylayer.agents a WHERE a.organization_id = querylayer.ctx_organization_id()
+                     AND (a.handle = v_handle OR a.principal = v_handle)) LOOP
+        i := i + 1;
+        v_handle := v_base || '-' || i;
+    END LOOP;
+    INSERT INTO querylayer.agents (organization_id, handle, kind, principal)
+    VALUES (querylayer.ctx_organization_id(), v_handle, 'generic', v_handle)
+    RETURNING * INTO v;
+    PERFORM querylayer.audit('agent.create'::text, v.id::text,
+        jsonb_build_object('handle', v.handle, 'kind', v.kind, 'for_oauth_client', p_client_name));
+    RETURN v;
+END
+$function$;
+ALTER FUNCTION querylayer.oauth_new_agent(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.oauth_new_agent(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.oauth_redeem_code(p_code_sha256 bytea, p_client_id text, p_redirect_uri text, p_code_verifier text, p_resource text)
  RETURNS jsonb
@@ -4282,8 +4353,10 @@ BEGIN
                   HINT = 'an envelope authorizes the one request it signs; send each request with its own envelope';
     END IF;
     IF p_scope IS NOT NULL AND NOT (p_scope = ANY (querylayer.ctx_scopes())) THEN
+        -- DETAIL names the scope for the edge: an OAuth client is answered with the step-up
+        -- challenge for it (docs/security.md, "OAuth").
         RAISE EXCEPTION 'this connection does not hold the scope %', p_scope
-            USING ERRCODE = 'QL403',
+            USING ERRCODE = 'QL403', DETAIL = 'required_scope=' || p_scope,
                   HINT = 'an operator can grant the scope to the agent on this site and issue a connection that carries it';
     END IF;
 END
@@ -8965,13 +9038,14 @@ CREATE OR REPLACE FUNCTION querylayer_api.oauth_client(p_client_id text, p_redir
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_client querylayer.oauth_clients;
+    v_client record;
 BEGIN
-    SELECT * INTO v_client FROM querylayer.oauth_clients WHERE client_id = p_client_id;
+    SELECT * INTO v_client FROM querylayer.oauth_client_now(p_client_id);
     IF NOT FOUND THEN
         RAISE EXCEPTION 'client_id: no such client' USING ERRCODE = '22023';
     END IF;
     RETURN jsonb_build_object('client_id', v_client.client_id, 'client_name', v_client.client_name,
+                              'from_document', v_client.from_document,
                               'redirect_uri_ok', querylayer.oauth_redirect_uri_matches(v_client.redirect_uris, p_redirect_uri));
 END
 $function$;
@@ -8980,21 +9054,21 @@ REVOKE ALL ON FUNCTION querylayer_api.oauth_client(text,text) FROM PUBLIC, query
 GRANT EXECUTE ON FUNCTION querylayer_api.oauth_client(text,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.oauth_client(text,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.oauth_consent(p_client_id text, p_redirect_uri text, p_code_challenge text, p_code_challenge_method text, p_resource text, p_agent text, p_scopes text[], p_expires_at timestamp with time zone)
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_consent(p_client_id text, p_redirect_uri text, p_code_challenge text, p_code_challenge_method text, p_resource text, p_agent text, p_scopes text[], p_expires_at timestamp with time zone, p_new_agent boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_client  querylayer.oauth_clients;
+    v_client  record;
     v_agent   querylayer.agents;
     v_scopes  text[];
     v_missing text[];
     v_new     record;
 BEGIN
     PERFORM querylayer.require_member(ARRAY['owner', 'admin']);
-    SELECT * INTO v_client FROM querylayer.oauth_clients WHERE client_id = p_client_id;
+    SELECT * INTO v_client FROM querylayer.oauth_client_now(p_client_id);
     IF NOT FOUND THEN
         RAISE EXCEPTION 'client_id: no such client' USING ERRCODE = '22023';
     END IF;
@@ -9008,8 +9082,14 @@ BEGIN
     IF p_resource IS NULL OR p_resource = '' THEN
         RAISE EXCEPTION 'resource: the resource indicator is required' USING ERRCODE = '22023';
     END IF;
-    v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
     v_scopes := querylayer.normalize_scopes(p_scopes);
+    IF coalesce(p_new_agent, false) THEN
+        v_agent := querylayer.oauth_new_agent(v_client.client_name);
+        PERFORM querylayer.change_agent_scopes(querylayer.ctx_site_id(), v_agent, v_scopes, true,
+                                               'member:' || querylayer.ctx_member_id());
+    ELSE
+        v_agent := querylayer.agent_by_handle(querylayer.ctx_organization_id(), p_agent);
+    END IF;
     SELECT array_agg(s ORDER BY s) INTO v_missing
       FROM unnest(v_scopes) AS s
      WHERE NOT EXISTS (SELECT 1 FROM querylayer.agent_site_permissions p
@@ -9022,20 +9102,85 @@ BEGIN
     END IF;
     SELECT * INTO v_new FROM querylayer.new_secret('qla'::text);
     INSERT INTO querylayer.oauth_codes (code_sha256, site_id, organization_id, client_id, redirect_uri, code_challenge,
-                                        resource, member_id, agent_id, scopes, grant_expires_at)
+                                        resource, member_id, agent_id, scopes, grant_expires_at, expires_at)
     VALUES (v_new.fingerprint, querylayer.ctx_site_id(), querylayer.ctx_organization_id(), v_client.client_id,
             p_redirect_uri, p_code_challenge, p_resource, querylayer.ctx_member_id(), v_agent.id, v_scopes,
-            querylayer.check_expiry(p_expires_at));
+            querylayer.check_expiry(p_expires_at),
+            now() + make_interval(secs => coalesce(querylayer.setting_int('oauth_code_ttl_seconds'::text), 60)));
     PERFORM querylayer.audit('oauth.consent'::text, v_client.client_id,
         jsonb_build_object('client_name', v_client.client_name, 'agent_id', v_agent.id, 'scopes', v_scopes,
-                           'expires_at', p_expires_at));
-    RETURN jsonb_build_object('code', v_new.secret, 'agent', v_agent.handle, 'scopes', to_jsonb(v_scopes));
+                           'new_agent', coalesce(p_new_agent, false), 'expires_at', p_expires_at));
+    RETURN jsonb_build_object('code', v_new.secret, 'agent', v_agent.handle, 'scopes', to_jsonb(v_scopes),
+                              'new_agent', coalesce(p_new_agent, false));
 END
 $function$;
-ALTER FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone,boolean) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone,boolean) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone,boolean) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_record_client_document(p_client_id text, p_document jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_name   text;
+    v_uris   text[];
+    v_bad    text;
+    v_sha    bytea;
+    v_now    record;
+    v_change boolean := false;
+BEGIN
+    IF NOT querylayer.oauth_document_url_valid(p_client_id) THEN
+        RAISE EXCEPTION 'client_id: a client metadata document is named by an https URL with a path' USING ERRCODE = '22023';
+    END IF;
+    IF p_document IS NULL OR jsonb_typeof(p_document) <> 'object' THEN
+        RAISE EXCEPTION 'the client metadata document must be a JSON object' USING ERRCODE = '22023';
+    END IF;
+    IF p_document->>'client_id' IS DISTINCT FROM p_client_id THEN
+        RAISE EXCEPTION 'the client metadata document names another client_id than its own URL' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(p_document->'redirect_uris') IS DISTINCT FROM 'array'
+       OR jsonb_array_length(p_document->'redirect_uris') NOT BETWEEN 1 AND 8
+       OR EXISTS (SELECT 1 FROM jsonb_array_elements(p_document->'redirect_uris') e WHERE jsonb_typeof(e) <> 'string') THEN
+        RAISE EXCEPTION 'redirect_uris: one to eight redirect URIs are required' USING ERRCODE = '22023';
+    END IF;
+    v_uris := ARRAY(SELECT jsonb_array_elements_text(p_document->'redirect_uris'));
+    SELECT u INTO v_bad FROM unnest(v_uris) u WHERE NOT querylayer.oauth_redirect_uri_valid(u) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'redirect_uris: % is neither https nor a loopback http URI', left(coalesce(v_bad, 'NULL'), 200)
+            USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(p_document->>'token_endpoint_auth_method', 'none') <> 'none' THEN
+        RAISE EXCEPTION 'token_endpoint_auth_method: only public clients (none) are supported' USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(p_document->'grant_types') = 'array' AND EXISTS (
+        SELECT 1 FROM jsonb_array_elements_text(p_document->'grant_types') g WHERE g NOT IN ('authorization_code', 'refresh_token')) THEN
+        RAISE EXCEPTION 'grant_types: only authorization_code and refresh_token' USING ERRCODE = '22023';
+    END IF;
+    v_name := coalesce(nullif(btrim(regexp_replace(left(coalesce(p_document->>'client_name', ''), 120), '[[:cntrl:]]', '', 'g')), ''),
+                       substring(p_client_id FROM '^https://([^/:]+)'));
+    v_sha := sha256(convert_to(p_document::text, 'UTF8'));
+    INSERT INTO querylayer.oauth_clients (client_id, client_name, redirect_uris)
+    VALUES (p_client_id, v_name, v_uris) ON CONFLICT (client_id) DO NOTHING;
+    SELECT * INTO v_now FROM querylayer.oauth_client_now(p_client_id);
+    IF NOT v_now.from_document OR v_now.client_name <> v_name OR v_now.redirect_uris <> v_uris
+       OR (SELECT d.document_sha256 FROM querylayer.oauth_client_documents d
+            WHERE d.client_id = p_client_id ORDER BY d.fetched_at DESC LIMIT 1) IS DISTINCT FROM v_sha THEN
+        INSERT INTO querylayer.oauth_client_documents (client_id, document_sha256, client_name, redirect_uris)
+        VALUES (p_client_id, v_sha, v_name, v_uris);
+        v_change := true;
+    END IF;
+    RETURN jsonb_build_object('client_id', p_client_id, 'client_name', v_name, 'redirect_uris', to_jsonb(v_uris),
+                              'changed', v_change);
+END
+$function$;
+ALTER FUNCTION querylayer_api.oauth_record_client_document(text,jsonb) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_record_client_document(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_record_client_document(text,jsonb) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_record_client_document(text,jsonb) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.oauth_redeem_code(fingerprint bytea, client_id text, redirect_uri text, code_verifier text, resource text)
  RETURNS jsonb
@@ -10033,7 +10178,7 @@ BEGIN
             END IF;
             v := to_jsonb(p_value::integer);
         WHEN 'ledger_lock_timeout_ms', 'run_deadline_default_seconds', 'run_deadline_max_seconds',
-             'idempotency_key_ttl_hours', 'audit_retention_days', 'readiness_min_free_mb' THEN
+             'idempotency_key_ttl_hours', 'audit_retention_days', 'readiness_min_free_mb', 'oauth_code_ttl_seconds' THEN
             v := to_jsonb(querylayer.integer_setting(p_key, p_value));
         ELSE
             RAISE EXCEPTION 'unknown setting %; known: %', coalesce(quote_literal(p_key), 'NULL'),
@@ -10524,6 +10669,24 @@ BEGIN
 END
 $link$;
 
+-- (c) sql/upgrades/0.4.0/18-oauth-clients.sql
+
+-- Issue 18: a client_id may be the https URL of a Client ID Metadata Document (the check calls
+-- querylayer.oauth_document_url_valid, created with the functions); the lifetime of an
+-- authorization code is a setting (oauth_code_ttl_seconds).
+ALTER TABLE querylayer.oauth_clients DROP CONSTRAINT oauth_clients_client_id_check;
+ALTER TABLE querylayer.oauth_clients ADD CONSTRAINT oauth_clients_client_id_check
+    CHECK (client_id ~ '^qlo_[0-9a-f]{32}$' OR querylayer.oauth_document_url_valid(client_id));
+ALTER TABLE querylayer.settings DROP CONSTRAINT settings_key_check;
+ALTER TABLE querylayer.settings ADD CONSTRAINT settings_key_check
+    CHECK (key IN ('server_did', 'envelope_require_v2', 'envelope_freshness_seconds',
+                   'evidence_reverify_after_days', 'form_rejected_retention_days',
+                   'ledger_lock_timeout_ms', 'run_deadline_default_seconds',
+                   'run_deadline_max_seconds', 'idempotency_key_ttl_hours',
+                   'audit_retention_days', 'readiness_min_free_mb',
+                   'oauth_code_ttl_seconds'));
+INSERT INTO querylayer.settings (key, value) VALUES ('oauth_code_ttl_seconds', '60') ON CONFLICT (key) DO NOTHING;
+
 -- (d) triggers, policies, privileges, owners, comments, backups and ledger forms of a fresh 0.4.0
 -- install; then what 0.3.0 had and 0.4.0 has not
 
@@ -10765,6 +10928,11 @@ ALTER TABLE querylayer.members OWNER TO querylayer_owner;
 ALTER TABLE querylayer.members ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.members FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.members FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.oauth_client_documents OWNER TO querylayer_owner;
+ALTER TABLE querylayer.oauth_client_documents DISABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.oauth_client_documents NO FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.oauth_client_documents FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.oauth_clients OWNER TO querylayer_owner;
 ALTER TABLE querylayer.oauth_clients DISABLE ROW LEVEL SECURITY;
@@ -11194,6 +11362,12 @@ ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER member_tokens_guard;
 
 CREATE OR REPLACE TRIGGER member_tokens_no_truncate BEFORE TRUNCATE ON querylayer.member_tokens FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER member_tokens_no_truncate;
+
+CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.oauth_client_documents FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.oauth_client_documents ENABLE ALWAYS TRIGGER append_only_row;
+
+CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON querylayer.oauth_client_documents FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
+ALTER TABLE querylayer.oauth_client_documents ENABLE ALWAYS TRIGGER append_only_truncate;
 
 CREATE OR REPLACE TRIGGER append_only_row BEFORE DELETE OR UPDATE ON querylayer.oauth_clients FOR EACH ROW EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.oauth_clients ENABLE ALWAYS TRIGGER append_only_row;
@@ -11736,6 +11910,8 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.member_tokens', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.members', '');
 
+SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_client_documents', '');
+
 SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_clients', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.oauth_codes', '');
@@ -11837,4 +12013,6 @@ SELECT querylayer.ensure_ledger_form('querylayer.runs', 2::smallint, '{agent_id,
 SELECT querylayer.ensure_ledger_form('querylayer.semantic_models', 1::smallint, '{connection_id,document,id,imported_at,imported_by,name,site_id,source_sha256,version}');
 
 SELECT querylayer.ensure_ledger_form('querylayer.state_events', 1::smallint, '{actor,cause,decision_id,id,recorded_at,site_id,state,subject,subject_id}');
+
+DROP FUNCTION IF EXISTS querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone);
 

@@ -352,9 +352,12 @@ impl QueryLayerMcp {
                     code = error.code.as_str(),
                     "tool call"
                 );
-                if error.code == Code::Unauthenticated {
-                    if let Some(principal) = principal {
+                if let Some(principal) = principal {
+                    if error.code == Code::Unauthenticated {
                         principal.found_dead();
+                    }
+                    if let Some(scope) = &error.required_scope {
+                        principal.lacks_scope(scope);
                     }
                 }
                 if error.status.is_server_error() {

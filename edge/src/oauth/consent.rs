@@ -1,7 +1,9 @@
 //! The authorization endpoint: `GET /authorize` checks the client and its redirect URI, sends a
 //! member without a session to the dashboard's sign-in (and back here), and shows the consent
-//! page: the client's name and redirect host, the site, the agent, the scopes (checkboxes, with
-//! a read-only preset) and the expiry. `POST /authorize` is the page's form (same origin, the
+//! page: the client's name and redirect host (and, for a client named by its metadata document,
+//! its client_id URL), the site (another one through its sign-in), the agent (one of the
+//! organization's, or a new one registered for this client), the scopes (checkboxes: what the
+//! client asked for, else the read-only preset) and the expiry. `POST /authorize` is the page's form (same origin, the
 //! session's CSRF token): "Allow" asks the database for a code (`oauth_consent`, owners and
 //! admins only, never more than the agent holds) and redirects to the client with it; "Deny"
 //! redirects with `access_denied`. A request with an unknown client or a redirect URI the client
@@ -19,6 +21,9 @@ use crate::dashboard::{error_page, page, run_calls, same_origin, see_other, sess
 use crate::db::Call;
 use crate::error::{Code, Error};
 use crate::state::AppState;
+
+/// The agent choice that registers a new agent for the client (`oauth_consent`'s `p_new_agent`).
+const NEW_AGENT: &str = "(new)";
 
 /// The scopes of the read-only preset: every `…:read` scope.
 fn read_only(scope: &str) -> bool {
@@ -72,7 +77,9 @@ fn origin_of(uri: &str) -> Option<String> {
     Some(format!("{}://{}", parsed.scheme_str()?, parsed.authority()?))
 }
 
-/// Asks the database about the client: its name, or the page that refuses the request.
+/// Asks the database about the client: its name, or the page that refuses the request. A client
+/// named by its metadata document has the document fetched first, when the copy the edge last
+/// fetched is no longer fresh (`documents`).
 async fn client_of(state: &AppState, request: &Request) -> Result<Value, Response> {
     let refuse = |message: &str| {
         let e = Error::new(StatusCode::BAD_REQUEST, Code::InvalidArgument, message).with_hint(
@@ -80,6 +87,9 @@ async fn client_of(state: &AppState, request: &Request) -> Result<Value, Respons
         );
         error_page(state, None, &e, "")
     };
+    if let Err(e) = state.client_documents.refresh(&state.db, &request.client_id).await {
+        return Err(error_page(state, None, &e, ""));
+    }
     let result = async {
         let client = state.db.client().await?;
         let row = client
@@ -156,6 +166,8 @@ pub async fn authorize(
         })
         .collect();
     let redirect_host = origin_of(&request.redirect_uri).unwrap_or_default();
+    // Another site: the member signs in there (a session is one site's) and comes back here.
+    let other_site = sign_in_url(raw.as_deref().unwrap_or_default());
     let mut response = page(
         StatusCode::OK,
         "consent.html",
@@ -163,6 +175,8 @@ pub async fn authorize(
         "",
         json!({
             "title": "Allow access", "client_name": client["client_name"], "redirect_host": redirect_host,
+            "client_id": request.client_id, "from_document": client["from_document"],
+            "other_site": other_site,
             "agents": agents["agents"], "scopes": scopes,
             "request": {
                 "client_id": request.client_id, "redirect_uri": request.redirect_uri, "state": request.state,
@@ -193,10 +207,14 @@ fn consent_headers(response: &mut Response, redirect_origin: &str) {
 }
 
 /// The sign-in page, which comes back to this authorization request once the member is in.
-fn to_sign_in(raw_query: &str) -> Response {
+fn sign_in_url(raw_query: &str) -> String {
     let next = format!("/authorize?{raw_query}");
     let encoded: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
-    see_other(&format!("/sign-in?next={encoded}"))
+    format!("/sign-in?next={encoded}")
+}
+
+fn to_sign_in(raw_query: &str) -> Response {
+    see_other(&sign_in_url(raw_query))
 }
 
 /// `POST /authorize`: the consent form's Allow or Deny.
@@ -241,6 +259,7 @@ pub async fn decide(State(state): State<AppState>, headers: HeaderMap, body: Byt
         .arg("p_code_challenge_method", request.code_challenge_method.clone().unwrap_or_default())
         .arg("p_resource", state.config.resource_url())
         .arg("p_agent", form.text("agent").unwrap_or_default())
+        .arg("p_new_agent", form.get("agent") == Some(NEW_AGENT))
         .arg("p_scopes", form.all("scopes"))
         .arg_as("p_expires_at", "now() + {}::text::interval", expiry(form.text("expires_in")));
     match run_calls(&state, &secret, Some(csrf), &[call]).await {

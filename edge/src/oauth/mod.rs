@@ -9,8 +9,10 @@
 mod consent;
 
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, Extensions, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -54,7 +56,7 @@ async fn metadata(State(state): State<AppState>) -> impl IntoResponse {
         "token_endpoint_auth_methods_supported": ["none"],
         "revocation_endpoint_auth_methods_supported": ["none"],
         "authorization_response_iss_parameter_supported": true,
-        "client_id_metadata_document_supported": false,
+        "client_id_metadata_document_supported": true,
         "service_documentation": format!("{base}/docs/edge"),
     }))
 }
@@ -70,9 +72,34 @@ fn no_store(mut response: Response) -> Response {
     response
 }
 
+/// The peer's address, when the listener recorded it.
+fn peer(extensions: &Extensions) -> Option<IpAddr> {
+    extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())
+}
+
+/// 429 with `Retry-After`: a peer over its registration rate or its failed-authentication budget.
+fn slow_down(retry_after: u64, what: &str) -> Response {
+    let mut response = oauth_error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "temporarily_unavailable",
+        &format!("{what}; retry in {retry_after} s"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&retry_after.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    response
+}
+
 /// Dynamic client registration (RFC 7591): a public client (no secret; PKCE binds its codes)
-/// with its name and redirect URIs (https, or loopback http for native clients, RFC 8252).
-async fn register(State(state): State<AppState>, body: Bytes) -> Response {
+/// with its name and redirect URIs (https, or loopback http for native clients, RFC 8252). A
+/// peer address registers at most `--registration-rate` clients a second beyond its burst.
+async fn register(State(state): State<AppState>, extensions: Extensions, body: Bytes) -> Response {
+    if let Some(peer) = peer(&extensions) {
+        if let Err(retry_after) = state.registrations.check(peer) {
+            tracing::warn!(peer = %peer, "refused a client registration over the address's rate");
+            return slow_down(retry_after, "too many client registrations from this address");
+        }
+    }
     let Ok(Value::Object(metadata)) = serde_json::from_slice::<Value>(&body) else {
         return oauth_error(
             StatusCode::BAD_REQUEST,
@@ -145,8 +172,15 @@ fn resource_of(state: &AppState, form: &Form) -> Result<String, Response> {
 }
 
 /// The token endpoint: `authorization_code` (PKCE S256, the same redirect URI and resource) and
-/// `refresh_token` (rotated at every use; a reused one ends the grant).
-async fn token(State(state): State<AppState>, body: Bytes) -> Response {
+/// `refresh_token` (rotated at every use; a reused one ends the grant). A code or refresh token
+/// that is refused spends the peer's failed-authentication budget, as a wrong secret does
+/// (`--auth-failure-rate`); over it, 429 before any database work.
+async fn token(State(state): State<AppState>, extensions: Extensions, body: Bytes) -> Response {
+    let peer = peer(&extensions);
+    if let Some(Err(retry_after)) = peer.map(|p| state.auth_failures.admits(&p)) {
+        tracing::warn!(peer = ?peer, "refused a token request from an address over its failed-authentication budget");
+        return slow_down(retry_after, "too many refused token requests from this address");
+    }
     let form = Form::parse(&body);
     let resource = match resource_of(&state, &form) {
         Ok(r) => r,
@@ -217,6 +251,9 @@ async fn token(State(state): State<AppState>, body: Bytes) -> Response {
         }
         Ok(v) => {
             tracing::info!(reason = v["reason"].as_str(), "OAuth token request refused");
+            if let Some(peer) = peer {
+                let _ = state.auth_failures.check(peer);
+            }
             oauth_error(
                 StatusCode::BAD_REQUEST,
                 "invalid_grant",

@@ -8,8 +8,8 @@
 //! checkpoints (sql/185_checkpoints.sql, docs/ledger.md); every second it seals the records that
 //! writers left pending (sql/020_ledger.sql). Bodies and excerpts are never logged.
 
+mod evidence;
 mod excerpt;
-mod fetch;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,8 +22,8 @@ use uuid::Uuid;
 
 use crate::db::{parse, Call, Db};
 use crate::error::Error;
+use crate::fetch::{FetchLimits, Fetcher};
 use crate::state::shutdown_signal;
-use fetch::{FetchLimits, Fetcher};
 
 #[derive(Args, Debug)]
 pub struct WorkerArgs {
@@ -116,6 +116,8 @@ pub async fn run(args: WorkerArgs) -> i32 {
         max_redirects: args.max_redirects,
         fetch_timeout_secs: args.fetch_timeout_secs,
         max_body_bytes: args.max_body_bytes,
+        extra_roots_pem: None,
+        user_agent: concat!("querylayer-evidence-worker/", env!("CARGO_PKG_VERSION")),
     };
     let fetcher = match Fetcher::new(&limits) {
         Ok(f) => Arc::new(f),
@@ -319,7 +321,7 @@ async fn reverify_due_evidence(db: &Db, fetcher: &Arc<Fetcher>, args: &WorkerArg
 /// failed report leaves it so, and the error ends the pass.
 async fn reverify(db: &Db, fetcher: &Fetcher, job: Job) -> Result<(), Error> {
     let started = Instant::now();
-    let seen = fetcher.fetch(&job.source_url).await;
+    let seen = evidence::observe(fetcher, &job.source_url).await;
     let record = Call::new("worker_record_evidence_attempt")
         .arg("p_job_id", job.job_id)
         .arg("p_http_status", seen.http_status)

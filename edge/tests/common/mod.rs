@@ -20,6 +20,11 @@ pub fn serve_args() -> ServeArgs {
         rate_burst: 60,
         auth_failure_rate: 2.0,
         auth_failure_burst: 60,
+        registration_rate: 0.1,
+        registration_burst: 20,
+        client_metadata_allow_private_networks: false,
+        client_metadata_ca_file: None,
+        client_metadata_timeout_secs: 5,
         max_body_bytes: 1024,
         request_timeout_secs: 30,
         statement_timeout_secs: 20,
@@ -46,5 +51,5 @@ pub fn serve_args() -> ServeArgs {
 /// The state of an edge serving `args`.
 pub fn state_of(args: ServeArgs) -> AppState {
     let db = Db::connect(&args.database_url, 1, Duration::from_secs(1)).unwrap();
-    AppState::new(db, HttpConfig::from_args(&args).unwrap())
+    AppState::new(db, HttpConfig::from_args(&args).unwrap()).unwrap()
 }

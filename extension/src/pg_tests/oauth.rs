@@ -306,4 +306,161 @@ mod tests {
             "2"
         );
     }
+
+    const DOCUMENT: &str = "https://app.example/oauth/client.json";
+
+    fn document(name: &str, redirect: &str) -> String {
+        format!(
+            r#"{{"client_id": "{DOCUMENT}", "client_name": "{name}", "redirect_uris": ["{redirect}"], "token_endpoint_auth_method": "none"}}"#
+        )
+    }
+
+    #[pg_test]
+    fn a_client_named_by_its_metadata_document_consents_and_redeems_like_a_registered_one() {
+        let (_, owner) = demo();
+        let first = json(&format!(
+            "SELECT querylayer_api.oauth_record_client_document('{DOCUMENT}', '{}')",
+            document("Doc client", REDIRECT)
+        ));
+        assert_eq!(
+            (first["client_name"].clone(), first["changed"].clone()),
+            ("Doc client".into(), true.into())
+        );
+        // The same document again keeps no new version; a changed one does, and wins.
+        let same = json(&format!(
+            "SELECT querylayer_api.oauth_record_client_document('{DOCUMENT}', '{}')",
+            document("Doc client", REDIRECT)
+        ));
+        assert_eq!(same["changed"], false);
+        let moved = "http://127.0.0.1:4444/moved";
+        json(&format!(
+            "SELECT querylayer_api.oauth_record_client_document('{DOCUMENT}', '{}')",
+            document("Doc client 2", moved)
+        ));
+        assert_eq!(text("SELECT count(*)::text FROM querylayer.oauth_client_documents"), "2");
+        let client = json(&format!("SELECT querylayer_api.oauth_client('{DOCUMENT}', '{moved}')"));
+        assert_eq!(
+            (
+                client["client_name"].clone(),
+                client["from_document"].clone(),
+                client["redirect_uri_ok"].clone()
+            ),
+            ("Doc client 2".into(), true.into(), true.into())
+        );
+        assert_eq!(
+            json(&format!("SELECT querylayer_api.oauth_client('{DOCUMENT}', '{REDIRECT}')"))
+                ["redirect_uri_ok"],
+            false,
+            "the newest document decides"
+        );
+        // Consent and redemption as for a registered client.
+        as_member(&owner);
+        let challenge = text(&format!("SELECT querylayer.pkce_s256('{VERIFIER}')"));
+        let c = json(&format!(
+            "SELECT querylayer_api.oauth_consent('{DOCUMENT}', '{moved}', '{challenge}', 'S256', '{RESOURCE}',
+                    'demo-agent', '{{site:read}}', now() + interval '1 day')"
+        ));
+        let t = redeem(c["code"].as_str().unwrap(), DOCUMENT, moved, VERIFIER, RESOURCE);
+        assert_eq!(t["ok"], true, "{t}");
+        // Versions are append-only for everyone.
+        expect_sqlstate("UPDATE querylayer.oauth_client_documents SET client_name = 'evil'", "QL423");
+    }
+
+    #[pg_test]
+    fn a_metadata_document_must_name_itself_and_describe_a_public_client() {
+        demo();
+        as_edge();
+        let record = |url: &str, doc: &str| {
+            format!("SELECT querylayer_api.oauth_record_client_document('{url}', '{doc}')")
+        };
+        // Another client_id than its own URL; a URL that is not https or has no path.
+        expect_sqlstate(
+            &record(DOCUMENT, &document("x", REDIRECT).replace(DOCUMENT, "https://evil.example/c.json")),
+            "22023",
+        );
+        expect_sqlstate(&record("http://app.example/c.json", &document("x", REDIRECT)), "22023");
+        expect_sqlstate(&record("https://app.example/", &document("x", REDIRECT)), "22023");
+        // Redirect URIs neither https nor loopback; a confidential client; foreign grant types.
+        expect_sqlstate(&record(DOCUMENT, &document("x", "http://evil.example/cb")), "22023");
+        expect_sqlstate(
+            &record(DOCUMENT, &document("x", REDIRECT).replace("\"none\"", "\"private_key_jwt\"")),
+            "22023",
+        );
+        expect_sqlstate(
+            &record(
+                DOCUMENT,
+                &format!(
+                    r#"{{"client_id": "{DOCUMENT}", "redirect_uris": ["{REDIRECT}"], "grant_types": ["client_credentials"]}}"#
+                ),
+            ),
+            "22023",
+        );
+        expect_sqlstate(&record(DOCUMENT, "[]"), "22023");
+        Spi::run("RESET ROLE").unwrap();
+        assert_eq!(text("SELECT count(*)::text FROM querylayer.oauth_clients"), "0");
+    }
+
+    #[pg_test]
+    fn consent_may_register_a_new_agent_for_the_client_and_grant_it_what_the_member_chose() {
+        let (_, owner) = demo();
+        let client = register();
+        let agents_before = audited("agent.create");
+        as_member(&owner);
+        let challenge = text(&format!("SELECT querylayer.pkce_s256('{VERIFIER}')"));
+        let c = json(&format!(
+            "SELECT querylayer_api.oauth_consent('{client}', '{REDIRECT}', '{challenge}', 'S256', '{RESOURCE}',
+                    NULL, '{{site:read,runs:write}}', now() + interval '1 day', true)"
+        ));
+        assert_eq!(
+            (c["agent"].clone(), c["new_agent"].clone()),
+            ("oauth-test-client".into(), true.into()),
+            "{c}"
+        );
+        let t = redeem(c["code"].as_str().unwrap(), &client, REDIRECT, VERIFIER, RESOURCE);
+        assert_eq!(t["ok"], true, "{t}");
+        let ctx = authenticate(t["access_token"].as_str().unwrap());
+        assert_eq!(ctx["agent"], "oauth-test-client");
+        assert_eq!(ctx["scopes"], serde_json::json!(["runs:write", "site:read"]));
+        assert_eq!(audited("agent.create"), agents_before + 1);
+        // A second one for the same client gets a handle of its own.
+        as_member(&owner);
+        let again = json(&format!(
+            "SELECT querylayer_api.oauth_consent('{client}', '{REDIRECT}', '{challenge}', 'S256', '{RESOURCE}',
+                    NULL, '{{site:read}}', now() + interval '1 day', true)"
+        ));
+        assert_eq!(again["agent"], "oauth-test-client-2");
+    }
+
+    #[pg_test]
+    fn a_code_lives_for_the_configured_seconds() {
+        let (_, owner) = demo();
+        let client = register();
+        Spi::run("SELECT querylayer_api.set_setting('oauth_code_ttl_seconds', '1')").unwrap();
+        let code = consent(&owner, &client, "{site:read}");
+        let ttl = text(&format!(
+            "SELECT extract(epoch FROM expires_at - created_at)::int::text FROM querylayer.oauth_codes
+              WHERE code_sha256 = sha256(convert_to('{code}', 'UTF8'))"
+        ));
+        assert_eq!(ttl, "1");
+        expect_sqlstate("SELECT querylayer_api.set_setting('oauth_code_ttl_seconds', '0')", "22023");
+        expect_sqlstate("SELECT querylayer_api.set_setting('oauth_code_ttl_seconds', '601')", "22023");
+    }
+
+    #[pg_test]
+    fn a_scope_refusal_names_the_scope_for_the_step_up_challenge() {
+        demo();
+        let narrow = json(
+            "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'narrow', '{site:read}', now() + interval '1 hour')",
+        );
+        authenticate(narrow["secret"].as_str().unwrap());
+        let detail = text(
+            "DO $t$ BEGIN PERFORM querylayer.require_connection('publish:request'::text);
+               EXCEPTION WHEN SQLSTATE 'QL403' THEN
+                 DECLARE d text; BEGIN GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
+                   PERFORM set_config('ql.test', d, true); END;
+             END $t$;
+             SELECT current_setting('ql.test')",
+        );
+        assert_eq!(detail, "required_scope=publish:request");
+    }
 }

@@ -161,10 +161,10 @@ def test_a_chunked_body_over_the_limit_is_413_not_500():
     assert refused.json()["error"]["data"]["code"] == "payload_too_large"
 
 
-async def test_a_held_history_is_retry_later_through_the_sdk_with_retry_after():
-    """A site's history held by another transaction: the write answers, within the ledger lock
-    timeout, the one "retry later" JSON-RPC error; the SDK raises it with its data."""
-    admin("set-setting", "--key", "ledger_lock_timeout_ms", "--value", "300")
+async def test_a_held_history_stalls_no_write_and_retry_later_reaches_the_sdk_with_retry_after():
+    """A site's history held by another transaction: a write does not wait for it; its record
+    answers without its record hash until it is sealed. Over its rate a connection gets the one
+    "retry later" JSON-RPC error, which the SDK raises with its data and retry_after."""
     holder = subprocess.Popen(
         ["sudo", "-u", "postgres", "psql", "-h", TEST_DIR, "-p", PG_PORT, "-d", "querylayer", "-X", "-q", "-c",
          "BEGIN; SELECT 1 FROM querylayer.ledger_heads h JOIN querylayer.sites s ON s.id = h.site_id "
@@ -179,16 +179,26 @@ async def test_a_held_history_is_retry_later_through_the_sdk_with_retry_after():
             time.sleep(0.1)
         async with mcp(mint()["secret"]) as client:
             started = time.monotonic()
-            with pytest.raises(MCPError) as busy:
-                await client.call_tool("querylayer_begin_run", {"run_type": "held.history", "idempotency_key": str(uuid.uuid4())})
-            assert time.monotonic() - started < 3
-            assert busy.value.code == RETRY_LATER
-            assert busy.value.data["code"] == "busy" and busy.value.data["retry_after"] >= 1
+            run = structured(await client.call_tool("querylayer_begin_run", {"run_type": "held.history"}))
+            artifact = structured(await client.call_tool(
+                "querylayer_record_artifact", {"run_id": run["run_id"], "key": "held", "value": 1}))
+            assert time.monotonic() - started < 3, "a write waited for the held history"
+            assert artifact["record_sha256"] is None, artifact
             # Reads of the same site go on meanwhile.
             assert structured(await client.call_tool("querylayer_list_content", {}))["items"] is not None
     finally:
         holder.wait(timeout=30)
-        admin("set-setting", "--key", "ledger_lock_timeout_ms", "--value", "5000")
+    # Once the history is free, the record is sealed (the next writer, or the worker, does it).
+    admin("seal-ledger", "--site", "demo")
+    sealed = superuser_sql(f"SELECT record_sha256 IS NOT NULL FROM querylayer.run_artifacts WHERE id = '{artifact['artifact_id']}'")
+    assert sealed == "t"
+    # Retry later: the edge of this tier allows 5 calls a second per connection, 40 at once.
+    async with mcp(mint()["secret"]) as client:
+        with pytest.raises(MCPError) as limited:
+            for _ in range(200):
+                await client.call_tool("querylayer_site_context", {})
+        assert limited.value.code == RETRY_LATER
+        assert limited.value.data["code"] == "rate_limited" and limited.value.data["retry_after"] >= 1
 
 
 def test_readiness_does_not_need_a_pooled_connection():

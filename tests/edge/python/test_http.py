@@ -4,7 +4,7 @@ import concurrent.futures
 
 import httpx2
 
-from harness import EDGE, mint, raw_post
+from harness import EDGE, EDGE_B, mint, raw_post
 
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 
@@ -78,3 +78,31 @@ def test_a_connection_over_its_rate_gets_the_retry_later_error():
     assert error["data"]["retry_after"] >= 1 and int(limited[0].headers["retry-after"]) >= 1
     # Another connection has its own bucket.
     assert raw_post(TOOLS_LIST, mint()["secret"]).status_code == 200
+
+
+def test_client_registrations_from_one_address_are_limited():
+    """Dynamic client registration is open to anyone, so one address registers at most its burst
+    (20) at once, then one every ten seconds: the rest are answered 429 with Retry-After. On
+    the second instance, where nothing else of this tier registers clients."""
+    body = {"client_name": "flood", "redirect_uris": ["http://127.0.0.1:9/cb"]}
+    statuses = [httpx2.post(f"{EDGE_B}/register", json=body, timeout=30) for _ in range(25)]
+    assert [r.status_code for r in statuses[:20]] == [201] * 20, [r.status_code for r in statuses]
+    refused = statuses[-1]
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1, refused.text
+    assert refused.json()["error"] == "temporarily_unavailable"
+
+
+def test_refused_token_requests_spend_the_failed_authentication_budget():
+    """A wrong code or refresh token at /token is a failed authentication: an address that keeps
+    presenting them is answered 429 before any database work, as one presenting bad secrets is
+    (burst 60, two a second). On the second instance, whose budget no other test of this file
+    spends."""
+    statuses = []
+    for _ in range(120):
+        r = httpx2.post(f"{EDGE_B}/token", data={"grant_type": "refresh_token", "refresh_token": "qlr_guess",
+                                                  "client_id": "qlo_" + "0" * 32}, timeout=30)
+        statuses.append(r.status_code)
+        if r.status_code == 429:
+            assert int(r.headers["retry-after"]) >= 1
+            break
+    assert statuses[0] == 400 and statuses[-1] == 429, statuses

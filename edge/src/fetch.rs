@@ -1,52 +1,37 @@
-//! The evidence fetcher and its address rules: http(s) only, no non-public address (as a
-//! literal, after resolution, or after a redirect) unless the operator allows private networks,
-//! bounded redirects, time and body size. What it reads is hashed whole; the head becomes the
-//! excerpt (`excerpt`).
+//! Fetching from the open internet on behalf of others, with the address rules that keep it from
+//! reaching inside: http(s) only, no non-public address (as a literal, after resolution, or after
+//! a redirect) unless the operator allows private networks, bounded redirects, time and body
+//! size, no proxy. Used by the worker's evidence re-verification (`worker::evidence`) and by the
+//! OAuth authorization server for Client ID Metadata Documents (`oauth::documents`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
-use super::excerpt::{excerpt, TextKind, EXCERPT_SOURCE_BYTES};
-
-/// What one fetch saw. `http_status` is None when no response arrived; `sha256` is None when the
-/// body could not be read whole (the database then records an error attempt).
-#[derive(Debug, Default)]
-pub(crate) struct Observation {
-    pub http_status: Option<i32>,
-    pub sha256: Option<String>,
-    pub excerpt: Option<String>,
-    /// Why the fetch fell short, for the log (never a URL or body).
-    pub problem: Option<&'static str>,
-}
-
-impl Observation {
-    fn failed(problem: &'static str) -> Self {
-        Observation { problem: Some(problem), ..Observation::default() }
-    }
-}
-
-/// What the fetcher may do: the worker's `--allow-private-networks`, `--max-redirects`,
-/// `--fetch-timeout-secs` and `--max-body-bytes`.
+/// What a fetcher may do: the worker's `--allow-private-networks`, `--max-redirects`,
+/// `--fetch-timeout-secs` and `--max-body-bytes`, or the edge's limits for client documents.
 pub(crate) struct FetchLimits {
     pub allow_private_networks: bool,
     pub max_redirects: usize,
     pub fetch_timeout_secs: u64,
     pub max_body_bytes: usize,
+    /// PEM certificates trusted besides the system's web roots (a private CA).
+    pub extra_roots_pem: Option<Vec<u8>>,
+    pub user_agent: &'static str,
 }
 
-/// Fetches evidence sources: http(s) only, public addresses only (unless allowed), bounded in
-/// redirects, time and size.
+/// An HTTP client bound by `FetchLimits`.
 pub(crate) struct Fetcher {
     client: reqwest::Client,
-    max_body_bytes: usize,
+    pub max_body_bytes: usize,
     allow_private: bool,
 }
 
+/// Why a fetch fell short, for logs and refusals (never a URL or body).
+pub(crate) type Shortfall = &'static str;
+
 impl Fetcher {
-    pub fn new(args: &FetchLimits) -> Result<Self, reqwest::Error> {
+    pub fn new(args: &FetchLimits) -> Result<Self, String> {
         let allow_private = args.allow_private_networks;
         let max_redirects = args.max_redirects;
         let redirects = reqwest::redirect::Policy::custom(move |attempt| {
@@ -65,71 +50,69 @@ impl Fetcher {
             .redirect(redirects)
             // Connect directly: a proxy would resolve names where the address check cannot see.
             .no_proxy()
-            .user_agent(concat!("querylayer-evidence-worker/", env!("CARGO_PKG_VERSION")));
+            .user_agent(args.user_agent);
+        if let Some(pem) = &args.extra_roots_pem {
+            for cert in reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| format!("a trusted certificate: {e}"))?
+            {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
         if !allow_private {
             builder = builder.dns_resolver(Arc::new(PublicAddressesOnly));
         }
-        Ok(Fetcher { client: builder.build()?, max_body_bytes: args.max_body_bytes, allow_private })
+        Ok(Fetcher {
+            client: builder.build().map_err(|e| format!("the HTTP client: {e}"))?,
+            max_body_bytes: args.max_body_bytes,
+            allow_private,
+        })
     }
 
-    pub async fn fetch(&self, url: &str) -> Observation {
+    /// Sends a GET to `url` under the address rules: the response, or why there is none.
+    pub async fn get(&self, url: &str, accept: Option<&str>) -> Result<reqwest::Response, Shortfall> {
         let Ok(parsed) = reqwest::Url::parse(url) else {
-            return Observation::failed("not a URL");
+            return Err("not a URL");
         };
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Observation::failed("not an http(s) URL");
+            return Err("not an http(s) URL");
         }
         if !self.allow_private && names_non_public_address(parsed.host_str()) {
-            return Observation::failed("a non-public address");
+            return Err("a non-public address");
         }
-        let mut response = match self.client.get(parsed).send().await {
-            Ok(r) => r,
-            Err(e) if e.is_timeout() => return Observation::failed("timeout"),
-            Err(e) if e.is_redirect() => return Observation::failed("redirects refused or too many"),
-            Err(e) if e.is_connect() => return Observation::failed("cannot connect"),
-            Err(_) => return Observation::failed("request failed"),
-        };
-        let http_status = Some(i32::from(response.status().as_u16()));
-        let kind = TextKind::of(response.headers().get(reqwest::header::CONTENT_TYPE));
-        let mut hasher = Sha256::new();
-        let mut size = 0usize;
-        let mut head = Vec::new();
+        let mut request = self.client.get(parsed);
+        if let Some(accept) = accept {
+            request = request.header(reqwest::header::ACCEPT, accept);
+        }
+        match request.send().await {
+            Ok(r) => Ok(r),
+            Err(e) if e.is_timeout() => Err("timeout"),
+            Err(e) if e.is_redirect() => Err("redirects refused or too many"),
+            Err(e) if e.is_connect() => Err("cannot connect"),
+            Err(_) => Err("request failed"),
+        }
+    }
+
+    /// The whole body of `response`, at most `max` bytes (`max_body_bytes` when None).
+    pub async fn body(
+        &self,
+        mut response: reqwest::Response,
+        max: Option<usize>,
+    ) -> Result<Vec<u8>, Shortfall> {
+        let max = max.unwrap_or(self.max_body_bytes);
+        let mut body = Vec::new();
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
-                    size += chunk.len();
-                    if size > self.max_body_bytes {
-                        return Observation {
-                            http_status,
-                            problem: Some("body larger than --max-body-bytes"),
-                            ..Observation::default()
-                        };
+                    if body.len() + chunk.len() > max {
+                        return Err("body larger than allowed");
                     }
-                    hasher.update(&chunk);
-                    let room = EXCERPT_SOURCE_BYTES.saturating_sub(head.len());
-                    head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+                    body.extend_from_slice(&chunk);
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    return Observation {
-                        http_status,
-                        problem: Some(if e.is_timeout() { "timeout" } else { "body read failed" }),
-                        ..Observation::default()
-                    }
-                }
+                Ok(None) => return Ok(body),
+                Err(e) => return Err(if e.is_timeout() { "timeout" } else { "body read failed" }),
             }
         }
-        Observation {
-            http_status,
-            sha256: Some(hex(&hasher.finalize())),
-            excerpt: excerpt(kind, &head),
-            problem: None,
-        }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Resolves names to their public addresses only; a name with none fails to resolve.
@@ -216,13 +199,5 @@ mod tests {
         for public in ["93.184.216.34", "[2606:4700::1]", "example.com"] {
             assert!(!names_non_public_address(Some(public)), "{public}");
         }
-    }
-
-    #[test]
-    fn hashes_are_lowercase_hex() {
-        assert_eq!(
-            hex(&Sha256::digest(b"abc")),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
     }
 }
