@@ -49,6 +49,9 @@ BEGIN
             USING ERRCODE = 'QL403', DETAIL = 'required_scope=' || p_scope,
                   HINT = 'an operator can grant the scope to the agent on this site and issue a connection that carries it';
     END IF;
+    IF p_scope IS NOT NULL AND querylayer.ctx_has_budgets() THEN
+        PERFORM querylayer.spend_budgets(p_scope);  -- sql/157_rate.sql
+    END IF;
 END
 $$;
 

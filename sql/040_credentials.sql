@@ -423,6 +423,7 @@ BEGIN
                                    WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = s) ORDER BY s)),
                 'harness', c.harness, 'expires_at', c.expires_at,
                 'state', CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.expires_at <= now() THEN 'expired' ELSE 'active' END,
+                'budgets', querylayer.budgets_json(c.id),
                 'created_at', c.created_at, 'revoked_at', c.revoked_at)) ORDER BY c.created_at DESC, c.id DESC)
           FROM (SELECT * FROM querylayer.connections x
                  WHERE x.site_id = querylayer.ctx_site_id()

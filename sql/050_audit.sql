@@ -99,9 +99,14 @@ $$;
 -- Authenticates the connection for p_tool and claims p_idempotency_key. Returns the facts
 -- close_tool_call needs: {"tool", "opened_at", "idempotency_key"?, "replay"?}; "replay" is the
 -- stored answer when an earlier call under the key committed.
+-- With p_rate (calls a second) and p_burst, the call takes a token of the connection's bucket
+-- first (sql/157_rate.sql: QL429 when it has none), so that every edge started with the same rate
+-- shares one limit per connection.
 CREATE FUNCTION querylayer_api.open_tool_call(p_fingerprint bytea, p_tool text,
                                               p_idempotency_key text DEFAULT NULL,
-                                              p_request_sha256 bytea DEFAULT NULL) RETURNS jsonb
+                                              p_request_sha256 bytea DEFAULT NULL,
+                                              p_rate double precision DEFAULT NULL,
+                                              p_burst double precision DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_opened  jsonb;
@@ -111,6 +116,8 @@ BEGIN
     IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
+    PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
+                                                         p_rate, p_burst), 'connection'::text);
     v_opened := jsonb_build_object('tool', p_tool, 'opened_at', clock_timestamp());
     IF p_idempotency_key IS NOT NULL THEN
         v_claimed := querylayer_api.claim_idempotency_key(p_idempotency_key, p_tool, p_request_sha256);
@@ -165,5 +172,48 @@ BEGIN
 END
 $$;
 
+-- A read tool served by a hot standby (`serve --read-database-url`, docs/operations.md "Read
+-- replicas"), in two statements. On the standby, in the statement of the call:
+--
+--   SELECT CASE WHEN open_replica_read(fingerprint, tool, floor_lsn) THEN <the call> END
+--
+-- open_replica_read refuses (QLR01) a standby that has not replayed the primary's WAL up to
+-- p_floor_lsn (the edge's bound on staleness, and past the connection's last write), then
+-- authenticates: the call runs as the connection, read-only. Then on the primary, before the
+-- answer leaves the edge, record_replica_read authenticates again (a credential revoked since
+-- is refused here, on the newest state), takes the connection's rate token and writes the same
+-- tool.call row as a call on the primary, durably, once: the edge never repeats it, and a
+-- read whose row could not be written is never answered.
+CREATE FUNCTION querylayer_api.open_replica_read(p_fingerprint bytea, p_tool text, p_floor_lsn pg_lsn)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF pg_catalog.pg_is_in_recovery()
+       AND (p_floor_lsn IS NULL OR coalesce(pg_catalog.pg_last_wal_replay_lsn(), '0/0'::pg_lsn) < p_floor_lsn) THEN
+        RAISE EXCEPTION 'this standby has replayed the primary''s history only to %, not yet to %',
+            pg_catalog.pg_last_wal_replay_lsn(), p_floor_lsn
+            USING ERRCODE = 'QLR01', HINT = 'read from the primary, or wait for the standby';
+    END IF;
+    PERFORM querylayer_api.authenticate(p_fingerprint);
+    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+        RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
+    END IF;
+    RETURN true;
+END
+$$;
+
+CREATE FUNCTION querylayer_api.record_replica_read(p_fingerprint bytea, p_tool text, p_duration_ms integer,
+                                                   p_rate double precision DEFAULT NULL,
+                                                   p_burst double precision DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer_api.authenticate(p_fingerprint);
+    PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
+                                                         p_rate, p_burst), 'connection'::text);
+    PERFORM querylayer_api.record_tool_call(p_tool, 'ok'::text, p_duration_ms, NULL::text);
+END
+$$;
+
 GRANT EXECUTE ON FUNCTION querylayer_api.record_tool_call, querylayer_api.open_tool_call,
-    querylayer_api.close_tool_call, querylayer_api.record_refused_tool_call TO querylayer_edge;
+    querylayer_api.close_tool_call, querylayer_api.record_refused_tool_call, querylayer_api.open_replica_read,
+    querylayer_api.record_replica_read TO querylayer_edge;

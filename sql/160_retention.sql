@@ -160,7 +160,8 @@ $$;
 
 -- The retention job (querylayer worker runs it; operators may too): keeps month partitions
 -- ready ahead, drops every month that has aged out (with its signed summaries), and deletes
--- expired idempotency keys and spent nonces. Returns what it did.
+-- expired idempotency keys, spent nonces and the limits' past windows and idle buckets. Returns
+-- what it did.
 CREATE FUNCTION querylayer_api.apply_retention() RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -169,6 +170,7 @@ DECLARE
     v_cutoff  timestamptz;
     v_keys    bigint;
     v_nonces  bigint;
+    v_limits  bigint;
     p         record;
 BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
@@ -184,12 +186,14 @@ BEGIN
     v_keys := querylayer.reclaim_idempotency_keys();
     DELETE FROM querylayer.envelope_nonces WHERE expires_at < clock_timestamp();
     GET DIAGNOSTICS v_nonces = ROW_COUNT;
+    v_limits := querylayer.reclaim_limits();
     PERFORM querylayer.audit('retention.apply'::text, NULL::text, jsonb_build_object(
         'created', to_jsonb(v_created), 'dropped', jsonb_array_length(v_dropped),
-        'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces));
+        'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces, 'limit_rows_deleted', v_limits));
     RETURN jsonb_build_object('retention_days', querylayer.setting_int('audit_retention_days'::text),
                               'created', to_jsonb(v_created), 'dropped', v_dropped,
-                              'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces);
+                              'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces,
+                              'limit_rows_deleted', v_limits);
 END
 $$;
 

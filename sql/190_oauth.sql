@@ -177,13 +177,18 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Dynamic client registration (RFC 7591): anyone may register a public client; registering
--- grants nothing until a member consents.
-CREATE FUNCTION querylayer_api.oauth_register_client(p_client_name text, p_redirect_uris text[]) RETURNS jsonb
+-- grants nothing until a member consents. From p_peer at most p_rate a second beyond p_burst
+-- (sql/157_rate.sql; QL429), so that every edge shares one limit per address.
+CREATE FUNCTION querylayer_api.oauth_register_client(p_client_name text, p_redirect_uris text[],
+                                                     p_peer text DEFAULT NULL, p_rate double precision DEFAULT NULL,
+                                                     p_burst double precision DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_client querylayer.oauth_clients;
     v_bad    text;
 BEGIN
+    PERFORM querylayer.refuse_rate(querylayer.take_token('oauth_register'::text, left(p_peer, 64), p_rate, p_burst),
+                                   'registration'::text);
     IF p_redirect_uris IS NULL OR cardinality(p_redirect_uris) NOT BETWEEN 1 AND 8 THEN
         RAISE EXCEPTION 'redirect_uris: one to eight redirect URIs are required' USING ERRCODE = '22023';
     END IF;

@@ -265,6 +265,32 @@ pub enum AdminCommand {
         #[arg(long)]
         site: String,
     },
+    /// Set a budget of a connection: at most --max-calls calls per hour or day among those that
+    /// need --scope (or every write, with --scope '*write'); without --max-calls, remove it.
+    /// Every edge refuses the calls past it (429, until the window ends).
+    SetConnectionBudget {
+        /// The site's slug.
+        #[arg(long)]
+        site: String,
+        /// The connection's id.
+        #[arg(long)]
+        connection: uuid::Uuid,
+        /// A scope of the catalogue, or '*write' for every call that needs a write scope.
+        #[arg(long)]
+        scope: String,
+        /// hour or day (windows from the hour's or day's start, UTC).
+        #[arg(long)]
+        period: String,
+        /// The most calls in one window; leave out to remove the budget.
+        #[arg(long)]
+        max_calls: Option<i32>,
+    },
+    /// The budgets of a site's connections, with what their current windows used.
+    ListBudgets {
+        /// The site's slug.
+        #[arg(long)]
+        site: String,
+    },
     /// Seal the records that writers left pending while another transaction held their site's
     /// head (the worker does it every second; a checkpoint seals first by itself).
     SealLedger {
@@ -528,6 +554,8 @@ pub const OPERATOR_COMMANDS: &[(&str, &str)] = &[
     ("verify_ledger", "admin verify-ledger"),
     ("verify_live_state", "admin verify-live-state"),
     ("seal_ledger", "admin seal-ledger"),
+    ("set_connection_budget", "admin set-connection-budget"),
+    ("list_connection_budgets", "admin list-budgets"),
     ("list_audit", "admin list-audit"),
     ("list_envelope_receipts", "admin list-envelope-receipts"),
     ("set_setting", "admin set-setting"),
@@ -690,6 +718,15 @@ impl AdminCommand {
             }
             AdminCommand::VerifyLedger { site } => Call::new("verify_ledger").arg("p_site", site),
             AdminCommand::SealLedger { site } => Call::new("seal_ledger").opt("p_site", site),
+            AdminCommand::SetConnectionBudget { site, connection, scope, period, max_calls } => {
+                Call::new("set_connection_budget")
+                    .arg("p_site", site)
+                    .arg("p_connection", connection)
+                    .arg("p_scope", scope)
+                    .arg("p_period", period)
+                    .arg("p_max_calls", max_calls)
+            }
+            AdminCommand::ListBudgets { site } => Call::new("list_connection_budgets").arg("p_site", site),
             AdminCommand::SeedDemo => Call::new("seed_demo"),
             AdminCommand::ImportStrategy { site, source, file } => Call::new("import_topical_strategy")
                 .arg("p_site", site)
@@ -1130,7 +1167,7 @@ mod tests {
                 let id = arg.get_id().as_str();
                 argv.push(format!("--{}", arg.get_long().unwrap_or(id)));
                 argv.push(match id {
-                    "id" | "run" => uuid::Uuid::nil().to_string(),
+                    "id" | "run" | "connection" => uuid::Uuid::nil().to_string(),
                     "file" | "fields" | "secret_file" => file.display().to_string(),
                     "public" => "true".into(),
                     _ => "x".into(),

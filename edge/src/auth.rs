@@ -50,6 +50,9 @@ pub struct Principal {
     /// Set when the database refused a call of an OAuth connection for a scope it lacks: the
     /// answer becomes the step-up challenge naming it (`step_up_challenge`).
     pub lacks: Arc<Mutex<Option<String>>>,
+    /// The request's token of the connection's rate was taken (by the authentication that
+    /// confirmed it); a tool call then takes none.
+    pub took_token: bool,
     /// The request's database round trips.
     pub trips: RoundTrips,
 }
@@ -80,9 +83,10 @@ pub async fn require_connection(State(state): State<AppState>, mut request: Requ
         return challenge(&state, Error::unauthenticated());
     };
     let trips = RoundTrips::default();
+    let peer = crate::rate::peer(request.extensions());
     let (context, confirmed) = match state.db.recently_authenticated(&fingerprint) {
         Some(context) => (context, false),
-        None => match state.db.counting(&trips).authenticate(&fingerprint).await {
+        None => match state.db.counting(&trips).authenticate_edge(&fingerprint, peer).await {
             Ok(context) => (context, true),
             Err(e) if e.code == Code::Unauthenticated => {
                 state.db.record_failed_authentication(&fingerprint, "mcp").await;
@@ -99,6 +103,7 @@ pub async fn require_connection(State(state): State<AppState>, mut request: Requ
         confirmed,
         dead: dead.clone(),
         lacks: lacks.clone(),
+        took_token: confirmed,
         trips,
     });
     let response = next.run(request).await;
@@ -125,9 +130,9 @@ pub async fn confirm(
         return Ok(());
     };
     let db = state.db.counting(&principal.trips);
-    match db.authenticate(&principal.fingerprint).await {
+    match db.authenticate_edge(&principal.fingerprint, crate::rate::peer(extensions)).await {
         Ok(context) => {
-            let confirmed = Principal { context, confirmed: true, ..principal.clone() };
+            let confirmed = Principal { context, confirmed: true, took_token: true, ..principal.clone() };
             extensions.insert(confirmed);
             Ok(())
         }
@@ -157,13 +162,13 @@ pub fn challenge(state: &AppState, error: Error) -> Response {
 /// to what it asked before and asks the member again) and the resource metadata. The body is the
 /// edge's error object, as for the 401. Only for connections issued through OAuth.
 pub fn step_up_challenge(state: &AppState, scope: &str) -> Response {
-    let mut error = Error::new(
+    let error = Error::new(
         StatusCode::FORBIDDEN,
         Code::Forbidden,
         format!("this connection does not hold the scope {scope}"),
     )
-    .with_hint("ask the member to allow the scope: authorize again with it (the MCP step-up flow)");
-    error.required_scope = Some(scope.to_string());
+    .with_hint("ask the member to allow the scope: authorize again with it (the MCP step-up flow)")
+    .with_required_scope(scope);
     let mut response = error.into_response();
     let value = format!(
         r#"Bearer error="insufficient_scope", scope="{scope}", resource_metadata="{}", error_description="this call needs the scope {scope}""#,

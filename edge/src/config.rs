@@ -21,6 +21,17 @@ pub struct ServeArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
 
+    /// PostgreSQL connection string of a hot standby (libpq multi-host lists and
+    /// target_session_attrs accepted) to serve read-only tools from when it is fresh enough
+    /// (--replica-max-staleness-ms, and past the connection's own last write through this edge).
+    /// Every call is still audited on the primary before it is answered.
+    #[arg(long, env = "QUERYLAYER_READ_DATABASE_URL", hide_env_values = true)]
+    pub read_database_url: Option<String>,
+
+    /// How far behind the primary, in milliseconds, a standby may be and still serve reads.
+    #[arg(long, env = "QUERYLAYER_REPLICA_MAX_STALENESS_MS", default_value_t = 1000)]
+    pub replica_max_staleness_ms: u64,
+
     /// The URL clients use to reach this edge (for the resource metadata and the 401
     /// challenge); defaults to http://<bind>:<port>. Its host and origin are allowed too.
     #[arg(long, env = "QUERYLAYER_PUBLIC_URL")]

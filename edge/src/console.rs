@@ -38,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/console/runs/{id}/cancel", post(cancel_run))
         .route("/api/console/connections", get(list_connections).post(create_connection))
         .route("/api/console/connections/{id}/revoke", post(revoke_connection))
+        .route("/api/console/connections/{id}/budgets", post(set_connection_budget))
         .route("/api/console/did-challenges", post(create_did_challenge))
         .route("/api/console/sessions", post(register_session))
         .route("/api/console/sessions/{id}/end", post(end_session))
@@ -651,6 +652,38 @@ async fn revoke_connection(
                 .arg("p_connection_id", id)
                 .opt("p_reason", body.reason);
             Ok(call)
+        })
+        .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetBody {
+    /// A scope of the catalogue, or `*write` for every call that needs a write scope.
+    scope: String,
+    /// `hour` or `day`.
+    period: String,
+    /// The most calls in one window; null removes the budget.
+    max_calls: Option<i32>,
+}
+
+/// `POST /api/console/connections/{id}/budgets` with `{"scope", "period", "max_calls"}` (owner,
+/// admin) → the connection's budgets. Every edge refuses its calls past one (429).
+async fn set_connection_budget(
+    State(state): State<AppState>,
+    member: Member,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    member
+        .answer(&state, StatusCode::OK, || {
+            let id = path_id(id)?;
+            let body: BudgetBody = required_body(&body)?;
+            Ok(Call::new("console_set_connection_budget")
+                .arg("p_connection", id)
+                .arg("p_scope", body.scope)
+                .arg("p_period", body.period)
+                .arg("p_max_calls", body.max_calls))
         })
         .await
 }

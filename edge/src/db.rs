@@ -140,11 +140,12 @@ impl Call {
     }
 
     /// The one statement of an agent's tool call (sql/050_audit.sql): `open_tool_call`
-    /// authenticates and claims the key ($1 to $4), the function runs as the connection unless
-    /// the key holds a stored answer, `close_tool_call` stores the answer and writes the audit
-    /// row ($5: the edge's milliseconds before the database). The call's arguments follow.
+    /// authenticates, takes a token of the connection's rate ($6, $7) and claims the key ($1 to
+    /// $4), the function runs as the connection unless the key holds a stored answer,
+    /// `close_tool_call` stores the answer and writes the audit row ($5: the edge's milliseconds
+    /// before the database). The call's arguments follow.
     pub fn tool_call_sql(&self) -> String {
-        let call = self.invocation(6);
+        let call = self.invocation(8);
         let value = if self.returns_rows {
             format!(
                 "(SELECT coalesce(jsonb_agg(to_jsonb(r)), '[]'::jsonb) FROM {call} AS r WHERE o IS NOT NULL)"
@@ -154,8 +155,21 @@ impl Call {
         };
         format!(
             "SELECT querylayer_api.close_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' ELSE {value} END, $5) \
-             FROM querylayer_api.open_tool_call($1, $2, $3, $4) AS o"
+             FROM querylayer_api.open_tool_call($1, $2, $3, $4, $6, $7) AS o"
         )
+    }
+
+    /// The call on a standby (edge/src/replica.rs): `open_replica_read` checks the standby's
+    /// replay against the floor and authenticates ($1 to $3), then the call runs. Its
+    /// arguments follow.
+    pub fn replica_sql(&self) -> String {
+        let call = self.invocation(4);
+        let value = if self.returns_rows {
+            format!("(SELECT coalesce(jsonb_agg(to_jsonb(r)), '[]'::jsonb) FROM {call} AS r WHERE o)")
+        } else {
+            format!("to_jsonb({call})")
+        };
+        format!("SELECT CASE WHEN o THEN {value} END FROM querylayer_api.open_replica_read($1, $2, $3::text::pg_lsn) AS o")
     }
 
     fn params(&self) -> impl Iterator<Item = &(dyn ToSql + Sync)> {
@@ -214,6 +228,11 @@ pub struct ToolCall {
     pub tool: &'static str,
     pub started: Instant,
     pub idempotency: Option<(String, [u8; 32])>,
+    /// The connection, when the edge knows it (a refusal of its rate is then remembered).
+    pub connection_id: Option<Uuid>,
+    /// The call takes its request's token of the connection's rate; false when the request
+    /// took it already (the middleware authenticated it).
+    pub takes_token: bool,
 }
 
 impl ToolCall {
@@ -267,11 +286,14 @@ async fn store(
 }
 
 const AUTHENTICATE: &str = "SELECT querylayer_api.authenticate($1)";
+const AUTHENTICATE_EDGE: &str = "SELECT querylayer_api.authenticate_edge($1, $2, $3, $4, $5, $6)";
+const SPEND_PEER_FAILURE: &str = "SELECT querylayer_api.spend_peer_failure($1, $2, $3)";
 const AUTHENTICATE_MEMBER: &str = "SELECT querylayer_api.authenticate_member($1)";
 const AUTHENTICATE_ENVELOPE: &str = "SELECT querylayer_api.authenticate_envelope($1, $2, $3, $4)";
-const OPEN_TOOL_CALL: &str = "SELECT querylayer_api.open_tool_call($1, $2, $3, $4)";
+const OPEN_TOOL_CALL: &str = "SELECT querylayer_api.open_tool_call($1, $2, $3, $4, $5, $6)";
 const CLOSE_TOOL_CALL: &str = "SELECT querylayer_api.close_tool_call($1, $2, $3)";
 const RECORD_REFUSED_TOOL_CALL: &str = "SELECT querylayer_api.record_refused_tool_call($1, $2, $3, $4)";
+const RECORD_REPLICA_READ: &str = "SELECT querylayer_api.record_replica_read($1, $2, $3, $4, $5)";
 
 /// How long a connection this edge saw authenticate counts as recently authenticated: the
 /// `/mcp` middleware then admits its tool calls without a round trip of its own (each call
@@ -287,6 +309,10 @@ pub struct Db {
     recent: Arc<Mutex<HashMap<[u8; 32], (Instant, ConnectionContext)>>>,
     /// The request's round-trip count, in a `Db` made by `counting`.
     trips: Option<RoundTrips>,
+    /// The limits the database decides for every edge, with this edge's rates.
+    limits: crate::rate::SharedLimits,
+    /// The database's refusals of connections' rates, until they end.
+    holds: Arc<crate::rate::Holds<Uuid>>,
 }
 
 impl Db {
@@ -310,12 +336,41 @@ impl Db {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| format!("cannot build the connection pool: {e}"))?;
-        Ok(Db { pool, recent: Arc::default(), trips: None })
+        Ok(Db {
+            pool,
+            recent: Arc::default(),
+            trips: None,
+            limits: crate::rate::SharedLimits::default(),
+            holds: Arc::default(),
+        })
+    }
+
+    /// The same pool, passing `limits` to the database (`serve`; other commands have none).
+    pub fn with_limits(mut self, limits: crate::rate::SharedLimits) -> Db {
+        self.limits = limits;
+        self
+    }
+
+    pub fn limits(&self) -> crate::rate::SharedLimits {
+        self.limits
+    }
+
+    /// The seconds left of the database's refusal of `connection`'s rate, if one holds.
+    pub fn connection_held(&self, connection: &Uuid) -> Option<u64> {
+        self.holds.held(connection)
+    }
+
+    fn remember_refusal(&self, connection: Option<Uuid>, error: &Error) {
+        if let (Some(id), Some("connection"), Some(secs)) =
+            (connection, error.rate_of(), error.retry_after_secs())
+        {
+            self.holds.hold(id, secs);
+        }
     }
 
     /// The same pool, counting every round trip it makes into `trips` (one request's).
     pub fn counting(&self, trips: &RoundTrips) -> Db {
-        Db { pool: self.pool.clone(), recent: self.recent.clone(), trips: Some(trips.clone()) }
+        Db { trips: Some(trips.clone()), ..self.clone() }
     }
 
     fn trip(&self) {
@@ -395,6 +450,64 @@ impl Db {
         result
     }
 
+    /// As `authenticate`, for a credential presented to `/mcp` from `peer`, with the limits the
+    /// database decides (`authenticate_edge`): refused (`rate_limited`) while the address's
+    /// failed-authentication budget is spent, and a live connection takes its request's token.
+    pub async fn authenticate_edge(
+        &self,
+        fingerprint: &Fingerprint,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<ConnectionContext, Error> {
+        let l = self.limits;
+        let peer = peer.map(|p| p.to_string());
+        let result = async {
+            let client = self.client().await?;
+            let statement = self.prepare(&client.statement_cache, &client, AUTHENTICATE_EDGE).await?;
+            self.trip();
+            let row = client
+                .query_one(
+                    &statement,
+                    &[&fingerprint.as_bytes(), &peer, &l.failure_rate, &l.failure_burst, &l.rate, &l.burst],
+                )
+                .await?;
+            parse::<ConnectionContext>(row.get(0))
+        }
+        .await;
+        match &result {
+            Ok(context) => self.remember(fingerprint, context),
+            Err(e) if e.code == Code::Unauthenticated => self.forget(fingerprint),
+            Err(e) => {
+                let known = self.recently_authenticated(fingerprint).map(|c| c.connection_id);
+                self.remember_refusal(known, e)
+            }
+        }
+        result
+    }
+
+    /// Spends one failure of `peer`'s failed-authentication budget (the one every edge shares):
+    /// the seconds the address must now wait, if its budget is spent. Failing to record is
+    /// logged, never shown.
+    pub async fn spend_peer_failure(&self, peer: std::net::IpAddr) -> Option<u64> {
+        let l = self.limits;
+        let result = async {
+            let client = self.client().await?;
+            let statement = self.prepare(&client.statement_cache, &client, SPEND_PEER_FAILURE).await?;
+            self.trip();
+            let row =
+                client.query_one(&statement, &[&peer.to_string(), &l.failure_rate, &l.failure_burst]).await?;
+            Ok::<i32, Error>(row.get(0))
+        }
+        .await;
+        match result {
+            Ok(wait) if wait > 0 => Some(wait as u64),
+            Ok(_) => None,
+            Err(e) => {
+                e.log("spending a failed-authentication budget");
+                None
+            }
+        }
+    }
+
     /// The context of a connection this edge authenticated within `RECENT_FOR`, if any. It
     /// admits a request to `/mcp`; it grants nothing (the database authenticates every call).
     pub fn recently_authenticated(&self, fingerprint: &Fingerprint) -> Option<ConnectionContext> {
@@ -455,8 +568,9 @@ impl Db {
             let (key, sha256) = tool.key();
             let edge_ms = tool.elapsed_ms();
             let fingerprint = tool.fingerprint.as_bytes();
+            let (rate, burst) = self.rate_of(tool);
             let mut params: Vec<&(dyn ToSql + Sync)> =
-                vec![&fingerprint, &tool.tool, &key, &sha256, &edge_ms];
+                vec![&fingerprint, &tool.tool, &key, &sha256, &edge_ms, &rate, &burst];
             params.extend(call.params());
             self.trip();
             let row = client
@@ -466,10 +580,88 @@ impl Db {
             closed(row.get(0))
         }
         .await;
-        if let Err(error) = &outcome {
-            self.record_refused_tool_call(tool, error.code.as_str()).await;
-        }
+        self.after_refusal(tool, &outcome).await;
         outcome
+    }
+
+    /// A read tool on the standby `replica` when it has replayed to `floor` (edge/src/replica.rs),
+    /// then its audit row on this, the primary, before the answer is given. None: the standby
+    /// cannot serve it (behind, read-only refusal of a write, unreachable): serve it here. A
+    /// governed refusal on the standby is the call's refusal, recorded here as every refusal.
+    pub async fn replica_read(
+        &self,
+        replica: &Db,
+        tool: &ToolCall,
+        call: &Call,
+        floor: &str,
+    ) -> Result<Option<Value>, Error> {
+        use tracing::Instrument;
+        let read = async {
+            let client = replica.client().await?;
+            let statement = replica.prepare(&client.statement_cache, &client, &call.replica_sql()).await?;
+            let fingerprint = tool.fingerprint.as_bytes();
+            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&fingerprint, &tool.tool, &floor];
+            params.extend(call.params());
+            self.trip();
+            let row = client
+                .query_one(&statement, &params)
+                .instrument(crate::telemetry::db_span(call.function))
+                .await?;
+            Ok::<Value, Error>(row.get::<_, Option<Value>>(0).unwrap_or(Value::Null))
+        }
+        .await;
+        let value = match read {
+            Ok(value) => value,
+            Err(e) if e.cannot_serve_here() => {
+                tracing::debug!(code = e.code.as_str(), error = %e.with_cause(), "the standby cannot serve the read; the primary does");
+                return Ok(None);
+            }
+            Err(e) => {
+                self.after_refusal(tool, &Err::<(), _>(Error::clone_of(&e))).await;
+                return Err(e);
+            }
+        };
+        let (rate, burst) = self.rate_of(tool);
+        let recorded = async {
+            let client = self.client().await?;
+            let statement = self.prepare(&client.statement_cache, &client, RECORD_REPLICA_READ).await?;
+            self.trip();
+            client
+                .execute(
+                    &statement,
+                    &[&tool.fingerprint.as_bytes(), &tool.tool, &tool.elapsed_ms(), &rate, &burst],
+                )
+                .await?;
+            Ok::<(), Error>(())
+        }
+        .await;
+        match recorded {
+            Ok(()) => Ok(Some(value)),
+            Err(e) => {
+                self.after_refusal(tool, &Err::<(), _>(Error::clone_of(&e))).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The rate a tool call passes to `open_tool_call`: none when its request took its token.
+    fn rate_of(&self, tool: &ToolCall) -> (Option<f64>, Option<f64>) {
+        match tool.takes_token {
+            true => (Some(self.limits.rate), Some(self.limits.burst)),
+            false => (None, None),
+        }
+    }
+
+    /// The one audit rule for a refused call, except a rate limit: shedding load records nothing
+    /// (recording would spend the work the limit saves); its refusal is remembered instead.
+    async fn after_refusal<T>(&self, tool: &ToolCall, outcome: &Result<T, Error>) {
+        match outcome {
+            Err(error) if error.code == Code::RateLimited => self.remember_refusal(tool.connection_id, error),
+            Err(error) => {
+                self.record_refused_tool_call(tool, error.code.as_str()).await;
+            }
+            Ok(_) => {}
+        }
     }
 
     /// A tool call whose work takes more than one governed call (an answer prepared in the
@@ -488,9 +680,12 @@ impl Db {
             let tx = client.transaction().await?;
             let open = self.prepare(&tx.statement_cache, &tx, OPEN_TOOL_CALL).await?;
             let (key, sha256) = tool.key();
+            let (rate, burst) = self.rate_of(tool);
             self.trip();
-            let opened: Value =
-                tx.query_one(&open, &[&tool.fingerprint.as_bytes(), &tool.tool, &key, &sha256]).await?.get(0);
+            let opened: Value = tx
+                .query_one(&open, &[&tool.fingerprint.as_bytes(), &tool.tool, &key, &sha256, &rate, &burst])
+                .await?
+                .get(0);
             let value = match opened.get("replay") {
                 Some(stored) => stored.clone(),
                 None => steps(&tx).await?,
@@ -503,9 +698,7 @@ impl Db {
             closed(row.get(0))
         }
         .await;
-        if let Err(error) = &outcome {
-            self.record_refused_tool_call(tool, error.code.as_str()).await;
-        }
+        self.after_refusal(tool, &outcome).await;
         outcome
     }
 
@@ -544,7 +737,8 @@ impl Db {
     /// committed whatever happens next: every decision is recorded, and an envelope whose
     /// request failed cannot be replayed. A refusal of `steps` rolls back to the savepoint and
     /// is the caller's error. `admit` sees the allowed receipt (its `context.connection_id` is the
-    /// verified connection) before `steps` run; refusing there (a rate limit) keeps the receipt.
+    /// verified connection) before `steps` run; refusing there keeps the receipt, as does the
+    /// connection's rate (a token taken in the database, keyed on the verified connection).
     pub async fn with_envelope(
         &self,
         header: Option<&str>,
@@ -565,6 +759,25 @@ impl Db {
         if let Err(refusal) = admit(&receipt) {
             tx.commit().await?;
             return Err(refusal);
+        }
+        // The connection's rate, the one every edge shares; refused, the receipt stays.
+        let connection = receipt["context"]["connection_id"].as_str().and_then(|id| id.parse::<Uuid>().ok());
+        let rated = tx.savepoint("rate").await?;
+        let token = rated
+            .execute(
+                "SELECT querylayer_api.take_connection_token($1, $2)",
+                &[&self.limits.rate, &self.limits.burst],
+            )
+            .await;
+        match token {
+            Ok(_) => rated.commit().await?,
+            Err(e) => {
+                rated.rollback().await?;
+                tx.commit().await?;
+                let refusal = Error::from(e);
+                self.remember_refusal(connection, &refusal);
+                return Err(refusal);
+            }
         }
         let savepoint = tx.savepoint("governed_steps").await?;
         let outcome = match steps(&savepoint).await {
@@ -704,15 +917,15 @@ mod tests {
         assert_eq!(
             call.tool_call_sql(),
             "SELECT querylayer_api.close_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' \
-             ELSE to_jsonb(querylayer_api.begin_run(p_run_type => $6)) END, $5) \
-             FROM querylayer_api.open_tool_call($1, $2, $3, $4) AS o"
+             ELSE to_jsonb(querylayer_api.begin_run(p_run_type => $8)) END, $5) \
+             FROM querylayer_api.open_tool_call($1, $2, $3, $4, $6, $7) AS o"
         );
         // A function of rows runs in a subquery that reads the opened call's row, so it runs
         // after the authentication, whatever plan PostgreSQL picks.
         let rows = Call::rows("list_connections").arg("p_site", "demo".to_string());
         assert!(rows.tool_call_sql().contains(
             "(SELECT coalesce(jsonb_agg(to_jsonb(r)), '[]'::jsonb) FROM \
-             querylayer_api.list_connections(p_site => $6) AS r WHERE o IS NOT NULL)"
+             querylayer_api.list_connections(p_site => $8) AS r WHERE o IS NOT NULL)"
         ));
     }
 

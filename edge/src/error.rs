@@ -162,6 +162,8 @@ const SQLSTATES: &[(&str, Code, u16)] = &[
     ("QL423", Code::Immutable, 423),
     ("QL413", Code::TooLarge, 413),
     ("QL503", Code::Busy, 503),
+    ("QL429", Code::RateLimited, 429),
+    ("QLR01", Code::Busy, 503),
     ("QLI09", Code::IdempotencyKeyReused, 409),
     ("QLL09", Code::LedgerBroken, 409),
     ("55P03", Code::Busy, 503),
@@ -230,9 +232,19 @@ pub struct Error {
     /// For the log only; never sent to a client.
     detail: Option<String>,
     retry_after_secs: Option<u64>,
-    /// The scope a `forbidden` refusal names as missing (the function's DETAIL
-    /// `required_scope=…`): in the error object, and the step-up challenge of an OAuth client.
-    pub required_scope: Option<String>,
+    /// What a refusal of the database says besides its message (rare: kept out of line).
+    facts: Option<Box<Facts>>,
+}
+
+/// The machine-readable part of a refusal's DETAIL.
+#[derive(Debug, Clone, Default)]
+struct Facts {
+    /// The scope a `forbidden` refusal names as missing (`required_scope=…`): in the error
+    /// object, and the step-up challenge of an OAuth client.
+    required_scope: Option<String>,
+    /// What a `rate_limited` refusal limited (`of=…`: `connection`, `peer`, `registration`):
+    /// the edge repeats the refusal until `retry_after` has passed.
+    rate_of: Option<String>,
 }
 
 impl Error {
@@ -244,8 +256,23 @@ impl Error {
             hint: None,
             detail: None,
             retry_after_secs: None,
-            required_scope: None,
+            facts: None,
         }
+    }
+
+    /// The scope a `forbidden` refusal lacks (the error object's `required_scope`).
+    pub fn with_required_scope(mut self, scope: &str) -> Self {
+        self.facts.get_or_insert_default().required_scope = Some(scope.to_string());
+        self
+    }
+
+    pub fn required_scope(&self) -> Option<&str> {
+        self.facts.as_ref()?.required_scope.as_deref()
+    }
+
+    /// What a `rate_limited` refusal of the database limited (`connection`, `peer`, `registration`).
+    pub fn rate_of(&self) -> Option<&str> {
+        self.facts.as_ref()?.rate_of.as_deref()
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
@@ -314,6 +341,29 @@ impl Error {
         .with_hint("retry (a write with the same idempotency key); an operator sets the limit with --request-timeout-secs");
         e.retry_after_secs = Some(1);
         e
+    }
+
+    /// A copy for a second use (the log, a record) of an error that is also returned.
+    pub fn clone_of(e: &Error) -> Error {
+        Error {
+            status: e.status,
+            code: e.code,
+            message: e.message.clone(),
+            hint: e.hint.clone(),
+            detail: e.detail.clone(),
+            retry_after_secs: e.retry_after_secs,
+            facts: e.facts.clone(),
+        }
+    }
+
+    /// A standby could not serve a read (edge/src/replica.rs): it is behind (QLR01), refused a
+    /// write as read-only (class 25: a budget to spend), or is unreachable. The primary serves it.
+    pub fn cannot_serve_here(&self) -> bool {
+        let sqlstate =
+            self.detail.as_deref().and_then(|d| d.strip_prefix("SQLSTATE ")).map(|d| &d[..5.min(d.len())]);
+        matches!(self.code, Code::Unavailable)
+            || matches!(sqlstate, Some("QLR01"))
+            || sqlstate.is_some_and(|s| s.starts_with("25"))
     }
 
     /// Whether a client should retry this later (see `RETRYABLE`).
@@ -392,15 +442,25 @@ impl Error {
         }
         let mut e = Error::new(status, code, db.message());
         e.hint = db.hint().map(str::to_string);
+        if code == Code::RateLimited {
+            for part in db.detail().unwrap_or_default().split_whitespace() {
+                if let Some(secs) = part.strip_prefix("retry_after=").and_then(|s| s.parse().ok()) {
+                    e.retry_after_secs = Some(secs);
+                }
+                if let Some(of) = part.strip_prefix("of=") {
+                    e.facts.get_or_insert_default().rate_of = Some(of.to_string());
+                }
+            }
+            e.retry_after_secs = Some(e.retry_after_secs.unwrap_or(1));
+        }
         if code == Code::Forbidden {
-            e.required_scope = db
-                .detail()
-                .and_then(|d| d.strip_prefix("required_scope="))
-                .filter(|s| {
-                    (1..=40).contains(&s.len())
-                        && s.bytes().all(|b| b.is_ascii_lowercase() || b == b':' || b == b'-')
-                })
-                .map(str::to_string);
+            let scope = db.detail().and_then(|d| d.strip_prefix("required_scope=")).filter(|s| {
+                (1..=40).contains(&s.len())
+                    && s.bytes().all(|b| b.is_ascii_lowercase() || b == b':' || b == b'-')
+            });
+            if let Some(scope) = scope {
+                e = e.with_required_scope(scope);
+            }
         }
         e.detail = Some(detail);
         e
@@ -416,7 +476,7 @@ impl Error {
         if let Some(secs) = self.retry_after_secs {
             body["retry_after"] = json!(secs);
         }
-        if let Some(scope) = &self.required_scope {
+        if let Some(scope) = self.required_scope() {
             body["required_scope"] = json!(scope);
         }
         body

@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod oauth;
 pub mod pgtls;
 pub mod rate;
+pub mod replica;
 pub mod state;
 pub mod strict_json;
 pub mod telemetry;

@@ -1,11 +1,11 @@
 //! Request guards that hold no authority: the Host and Origin allow-lists (DNS rebinding and
-//! cross-origin browsers), the per-credential rate limit, and the per-address budget of failed
-//! authentications. Both limits are in-memory token buckets per edge instance: N instances admit
-//! up to N times the configured rate.
+//! cross-origin browsers), a connection's rate and an address's budget of failed
+//! authentications. Both limits are decided in the database for every edge at once
+//! (sql/157_rate.sql: the statements that authenticate and call take the tokens, the record of a
+//! failure spends the budget); what is here repeats the database's refusals until they end, so
+//! a client over a limit costs the database nothing more.
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -49,11 +49,12 @@ pub async fn check_host_and_origin(State(state): State<AppState>, request: Reque
     next.run(request).await
 }
 
-/// Middleware after authentication on `/mcp`: one bucket per connection; over it, the request's
-/// JSON-RPC error (retryable, with `retry_after`).
+/// Middleware after authentication on `/mcp`: a connection the database refused for its rate
+/// (a call or an authentication answered `rate_limited`) is refused here until `retry_after`
+/// has passed: the request's JSON-RPC error (retryable, with `retry_after`).
 pub async fn limit_connection(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     if let Some(connection_id) = request.extensions().get::<Principal>().map(|p| p.context.connection_id) {
-        if let Err(retry_after) = state.limiter.check(connection_id) {
+        if let Some(retry_after) = state.db.connection_held(&connection_id) {
             tracing::info!(connection_id = %connection_id, "rate limited");
             if let Err(challenge) = crate::auth::confirm(&state, request.extensions_mut(), None).await {
                 return challenge;
@@ -69,25 +70,34 @@ pub async fn limit_connection(State(state): State<AppState>, mut request: Reques
     next.run(request).await
 }
 
-/// Middleware in front of every credential check (`/mcp`, the console, `/v1`): a peer address
-/// whose failed authentications (answers 401) have used up their budget is answered 429 before
-/// any database work, so a stream of bad secrets cannot fill the audit log or the pool. Behind a
-/// reverse proxy every client shares the proxy's address: raise the budget or set its rate to 0.
+/// Middleware in front of every credential check (`/mcp`, the console, `/v1`, the dashboard,
+/// the delivery API): each failed authentication (an answer 401) spends the address's budget in
+/// the database, the one every edge shares; once the database says it is spent, the address is
+/// answered 429 here before any database work until its `retry_after` has passed. `/mcp`
+/// also asks the database before it evaluates a new credential (`Db::authenticate_edge`), so
+/// the budget holds exactly there; elsewhere an edge learns it is spent at the next failure.
+/// Behind a reverse proxy every client shares the proxy's address: raise the budget or set its
+/// rate to 0.
 pub async fn limit_auth_failures(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let peer = crate::rate::peer(request.extensions());
     if let Some(peer) = peer {
-        if let Err(retry_after) = state.auth_failures.admits(&peer) {
+        if let Some(retry_after) = state.peer_holds.held(&peer) {
             tracing::warn!(peer = %peer, "refused a request from an address over its failed-authentication budget");
-            return Error::rate_limited(retry_after)
-                .with_hint(
-                    "too many failed authentications from this address; wait, then use a valid credential",
-                )
-                .into_response();
+            return over_budget(retry_after);
         }
     }
     let response = next.run(request).await;
     if let Some(peer) = peer.filter(|_| response.status() == StatusCode::UNAUTHORIZED) {
-        let _ = state.auth_failures.check(peer);
+        if let Some(wait) = state.db.spend_peer_failure(peer).await {
+            state.peer_holds.hold(peer, wait);
+        }
     }
     response
+}
+
+/// The refusal of an address whose failed-authentication budget is spent.
+pub fn over_budget(retry_after: u64) -> Response {
+    Error::rate_limited(retry_after)
+        .with_hint("too many failed authentications from this address; wait, then use a valid credential")
+        .into_response()
 }

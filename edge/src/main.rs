@@ -231,7 +231,20 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         };
         tracing::info!(address = %bound, "metrics at /metrics");
     }
-    let state = AppState::new(db, config)?;
+    let mut state = AppState::new(db.clone(), config)?;
+    if let Some(url) = &args.read_database_url {
+        let standby = Db::connect(url, args.db_pool_size, Duration::from_secs(args.statement_timeout_secs))?;
+        let replica = querylayer_edge::replica::Replica::new(
+            standby.with_limits(state.db.limits()),
+            Duration::from_millis(args.replica_max_staleness_ms),
+        );
+        replica.spawn_sampler(state.db.clone(), stop_rx.clone());
+        tracing::info!(
+            max_staleness_ms = args.replica_max_staleness_ms,
+            "read tools served by the standby when it is fresh enough"
+        );
+        state = state.with_replica(replica);
+    }
     let (reads, writes) = state.sites.budgets();
     tracing::info!(
         pool = args.db_pool_size,

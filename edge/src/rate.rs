@@ -1,5 +1,8 @@
-//! Token buckets: the per-credential rate limit and the per-address failed-authentication
-//! budget. In memory, per edge instance; the middleware that consults them is in `limits`.
+//! Token buckets in memory, per edge instance (the rate limits of member tokens, dashboard
+//! sessions and delivery tokens), and what the database said of the limits it decides for every
+//! edge at once (a connection's rate, an address's failed-authentication budget, its client
+//! registrations: sql/157_rate.sql): a refusal with its `retry_after`, repeated here without
+//! asking until the time is up (`Holds`). The middleware that consults them is in `limits`.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -81,8 +84,57 @@ impl<K: Hash + Eq> RateLimiter<K> {
     }
 }
 
+/// The peer's address, when the listener recorded it (`ConnectInfo`).
+pub fn peer(extensions: &http::Extensions) -> Option<IpAddr> {
+    extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip())
+}
+
 /// The failed-authentication budget, by peer address.
 pub type FailureBudget = RateLimiter<IpAddr>;
+
+/// Refusals the database decided, until they end: the database said "no token before `retry_after`
+/// seconds", and no edge can get one sooner, so this edge answers the same without asking.
+pub struct Holds<K> {
+    until: Mutex<HashMap<K, Instant>>,
+}
+
+impl<K: Hash + Eq> Default for Holds<K> {
+    fn default() -> Self {
+        Holds { until: Mutex::new(HashMap::new()) }
+    }
+}
+
+impl<K: Hash + Eq> Holds<K> {
+    /// Remembers a refusal of `key` for `secs` seconds.
+    pub fn hold(&self, key: K, secs: u64) {
+        let mut until = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if until.len() >= SWEEP_AT {
+            until.retain(|_, at| *at > now);
+        }
+        until.insert(key, now + std::time::Duration::from_secs(secs.max(1)));
+    }
+
+    /// The seconds left of a refusal of `key`, if one holds.
+    pub fn held(&self, key: &K) -> Option<u64> {
+        let until = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        let left = until.get(key)?.checked_duration_since(Instant::now())?;
+        Some(left.as_secs_f64().ceil().max(1.0) as u64)
+    }
+}
+
+/// The limits the database decides, as this edge was started with them (`serve --rate-limit`,
+/// `--rate-burst`, `--auth-failure-rate`, `--auth-failure-burst`, `--registration-rate`,
+/// `--registration-burst`); every edge started alike shares one limit. Zero rates: no limit.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SharedLimits {
+    pub rate: f64,
+    pub burst: f64,
+    pub failure_rate: f64,
+    pub failure_burst: f64,
+    pub registration_rate: f64,
+    pub registration_burst: f64,
+}
 
 #[cfg(test)]
 mod tests {
@@ -115,6 +167,15 @@ mod tests {
         assert_eq!(budget.check_at(peer, t0), Err(1));
         assert!(budget.admits_at(&peer, t0 + Duration::from_millis(1100)).is_ok(), "and it refills");
         assert!(budget.admits_at(&"192.0.2.8".parse().unwrap(), t0).is_ok(), "per address");
+    }
+
+    #[test]
+    fn a_hold_lasts_its_seconds() {
+        let holds: Holds<u32> = Holds::default();
+        assert_eq!(holds.held(&1), None);
+        holds.hold(1, 3);
+        assert!(matches!(holds.held(&1), Some(2..=3)), "{:?}", holds.held(&1));
+        assert_eq!(holds.held(&2), None, "per key");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! processes stop on (`shutdown_signal`). Imports only the modules that own the parts of the
 //! state, never the router (`lib.rs`).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::FromRef;
@@ -11,7 +12,8 @@ use crate::client_documents::ClientDocuments;
 use crate::config::HttpConfig;
 use crate::db::Db;
 use crate::health::Readiness;
-use crate::rate::{FailureBudget, RateLimiter};
+use crate::rate::{Holds, RateLimiter, SharedLimits};
+use crate::replica::Replica;
 
 /// Everything a request may use. Cloned per request; holds no per-client state beyond the
 /// rate limiter's buckets and the sites' permits.
@@ -19,21 +21,29 @@ use crate::rate::{FailureBudget, RateLimiter};
 pub struct AppState {
     pub db: Db,
     pub config: Arc<HttpConfig>,
+    /// Rate limits of member tokens, dashboard sessions and delivery tokens (per edge).
     pub limiter: Arc<RateLimiter>,
-    pub auth_failures: Arc<FailureBudget>,
+    /// Addresses whose failed-authentication budget the database said is spent, until when.
+    pub peer_holds: Arc<Holds<IpAddr>>,
     pub sites: Arc<SiteLimits>,
     pub readiness: Arc<Readiness>,
-    /// Dynamic client registrations, by peer address.
-    pub registrations: Arc<FailureBudget>,
-    /// The OAuth clients named by their metadata documents (`oauth::documents`).
+    /// The OAuth clients named by their metadata documents (`client_documents`).
     pub client_documents: Arc<ClientDocuments>,
+    /// The hot standby read tools may be served from (`replica`), if one is configured.
+    pub replica: Option<Arc<Replica>>,
 }
 
 impl AppState {
     pub fn new(db: Db, config: HttpConfig) -> Result<Self, String> {
         let limiter = Arc::new(RateLimiter::new(config.rate_limit_per_sec, config.rate_burst));
-        let auth_failures = Arc::new(FailureBudget::new(config.auth_failure_rate, config.auth_failure_burst));
-        let registrations = Arc::new(FailureBudget::new(config.registration_rate, config.registration_burst));
+        let db = db.with_limits(SharedLimits {
+            rate: config.rate_limit_per_sec,
+            burst: f64::from(config.rate_burst),
+            failure_rate: config.auth_failure_rate,
+            failure_burst: f64::from(config.auth_failure_burst),
+            registration_rate: config.registration_rate,
+            registration_burst: f64::from(config.registration_burst),
+        });
         let sites =
             Arc::new(SiteLimits::new(0, Some(config.site_reads), Some(config.site_writes), config.site_wait));
         let readiness = Readiness::new(config.readiness.clone(), config.readiness_tls.clone());
@@ -42,12 +52,18 @@ impl AppState {
             db,
             config: Arc::new(config),
             limiter,
-            auth_failures,
+            peer_holds: Arc::default(),
             sites,
             readiness,
-            registrations,
             client_documents,
+            replica: None,
         })
+    }
+
+    /// Serves read tools from `replica` when it is fresh enough (`serve --read-database-url`).
+    pub fn with_replica(mut self, replica: Arc<Replica>) -> Self {
+        self.replica = Some(replica);
+        self
     }
 }
 

@@ -68,12 +68,16 @@ async fn governed(
     let path = uri.path();
     let body_sha256 = Sha256::digest(body);
     // The per-connection rate limit, keyed on the connection the database verified (never on
-    // what the unverified header claims, which anyone could use to exhaust another's bucket).
+    // what the unverified header claims, which anyone could use to exhaust another's bucket):
+    // decided in the database (`Db::with_envelope`); a refusal it made is repeated here.
     let admit = |receipt: &Value| {
         let connection =
             receipt["context"]["connection_id"].as_str().and_then(|id| id.parse::<uuid::Uuid>().ok());
         match connection {
-            Some(connection) => state.limiter.check(connection).map_err(Error::rate_limited),
+            Some(connection) => match state.db.connection_held(&connection) {
+                Some(retry_after) => Err(Error::rate_limited(retry_after)),
+                None => Ok(()),
+            },
             None => Err(Error::internal("an allowed envelope receipt names no connection")),
         }
     };

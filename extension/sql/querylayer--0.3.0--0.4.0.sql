@@ -26,6 +26,46 @@ CREATE TABLE querylayer.oauth_client_documents (
     PRIMARY KEY (client_id, fetched_at)
 );
 DROP FUNCTION querylayer_api.oauth_consent(text, text, text, text, text, text, text[], timestamptz);
+-- oauth_register_client takes the registering address and its rate (sql/157_rate.sql).
+DROP FUNCTION querylayer_api.oauth_register_client(text, text[]);
+
+-- (a) sql/upgrades/0.4.0/21-limits.pre.sql
+
+-- Issue 21: limits that hold across every edge, decided in the database (sql/157_rate.sql):
+-- token buckets (UNLOGGED: not history), per-connection budgets and what their windows used.
+-- Before the functions, whose SQL bodies read them; open_tool_call gained its rate parameters
+-- (CREATE OR REPLACE cannot add a parameter).
+CREATE UNLOGGED TABLE querylayer.rate_buckets (
+    kind   text NOT NULL CHECK (kind IN ('connection', 'auth_failure', 'oauth_register')),
+    key    text NOT NULL CHECK (length(key) <= 64),
+    tokens double precision NOT NULL,
+    at     timestamptz NOT NULL,
+    PRIMARY KEY (kind, key)
+);
+CREATE TABLE querylayer.connection_budgets (
+    connection_id uuid NOT NULL REFERENCES querylayer.connections ON DELETE RESTRICT,
+    site_id       uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    scope         text NOT NULL CHECK (scope = '*write' OR scope ~ '^[a-z-]+:[a-z]+$'),
+    period        text NOT NULL CHECK (period IN ('hour', 'day')),
+    max_calls     integer NOT NULL CHECK (max_calls BETWEEN 0 AND 100000000),
+    set_by        text NOT NULL,
+    set_at        timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (connection_id, scope, period)
+);
+ALTER TABLE querylayer.connection_budgets ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.connection_budgets FORCE ROW LEVEL SECURITY;
+CREATE TABLE querylayer.connection_budget_use (
+    connection_id uuid NOT NULL,
+    site_id       uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
+    scope         text NOT NULL,
+    period        text NOT NULL,
+    window_start  timestamptz NOT NULL,
+    used          integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (connection_id, scope, period, window_start)
+);
+ALTER TABLE querylayer.connection_budget_use ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.connection_budget_use FORCE ROW LEVEL SECURITY;
+DROP FUNCTION querylayer_api.open_tool_call(bytea, text, text, bytea);
 
 -- (b) the functions of a fresh 0.4.0 install
 
@@ -397,6 +437,26 @@ END
 $function$;
 ALTER FUNCTION querylayer.audit_failed_authentication(jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.audit_failed_authentication(jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.budgets_json(p_connection uuid)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'scope', b.scope, 'period', b.period, 'max_calls', b.max_calls,
+               'used', coalesce(u.used, 0),
+               'resets_at', (date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') + ('1 ' || b.period)::interval)
+             ORDER BY b.scope, b.period), '[]'::jsonb)
+      FROM querylayer.connection_budgets b
+      LEFT JOIN querylayer.connection_budget_use u
+        ON u.connection_id = b.connection_id AND u.scope = b.scope AND u.period = b.period
+       AND u.window_start = date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+     WHERE b.connection_id = p_connection
+$function$;
+ALTER FUNCTION querylayer.budgets_json(uuid) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.budgets_json(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.cancel_turn(p_turn_id uuid, p_reason text)
  RETURNS void
@@ -1356,6 +1416,14 @@ AS 'querylayer', $function$ctx_harness_wrapper$function$;
 ALTER FUNCTION querylayer.ctx_harness() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ctx_harness() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.ctx_has_budgets()
+ RETURNS boolean
+ LANGUAGE c
+ STABLE PARALLEL RESTRICTED STRICT
+AS 'querylayer', $function$ctx_has_budgets_wrapper$function$;
+ALTER FUNCTION querylayer.ctx_has_budgets() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.ctx_has_budgets() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.ctx_is_operator()
  RETURNS boolean
  LANGUAGE c
@@ -2214,6 +2282,17 @@ AS $function$
 $function$;
 ALTER FUNCTION querylayer.is_seal(jsonb,jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.is_seal(jsonb,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.is_write_scope(p_scope text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT p_scope LIKE '%:write' OR p_scope = 'publish:request'
+$function$;
+ALTER FUNCTION querylayer.is_write_scope(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.is_write_scope(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.isolate_by_organization(p_table regclass, p_column name DEFAULT 'organization_id'::name)
  RETURNS void
@@ -4055,6 +4134,25 @@ $function$;
 ALTER FUNCTION querylayer.reclaim_idempotency_keys() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.reclaim_idempotency_keys() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.reclaim_limits()
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_windows bigint;
+    v_buckets bigint;
+BEGIN
+    DELETE FROM querylayer.connection_budget_use WHERE window_start < pg_catalog.now() - interval '2 days';
+    GET DIAGNOSTICS v_windows = ROW_COUNT;
+    DELETE FROM querylayer.rate_buckets WHERE at < pg_catalog.now() - interval '1 day';
+    GET DIAGNOSTICS v_buckets = ROW_COUNT;
+    RETURN v_windows + v_buckets;
+END
+$function$;
+ALTER FUNCTION querylayer.reclaim_limits() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.reclaim_limits() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.record_envelope_receipt(p jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -4315,6 +4413,24 @@ END
 $function$;
 REVOKE ALL ON FUNCTION querylayer.refuse_owner_ddl() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_owner, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.refuse_rate(p_wait integer, p_what text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF coalesce(p_wait, 0) > 0 THEN
+        RAISE EXCEPTION '%: over the rate; retry in % s',
+            CASE p_what WHEN 'connection' THEN 'this connection' WHEN 'peer' THEN 'this address''s failed authentications'
+                        ELSE 'client registrations from this address' END, p_wait
+            USING ERRCODE = 'QL429', DETAIL = 'retry_after=' || p_wait || ' of=' || p_what,
+                  HINT = 'wait ' || p_wait || ' s, then retry (a write with the same idempotency key)';
+    END IF;
+END
+$function$;
+ALTER FUNCTION querylayer.refuse_rate(integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.refuse_rate(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.require_connection(p_scope text DEFAULT NULL::text)
  RETURNS void
  LANGUAGE plpgsql
@@ -4358,6 +4474,9 @@ BEGIN
         RAISE EXCEPTION 'this connection does not hold the scope %', p_scope
             USING ERRCODE = 'QL403', DETAIL = 'required_scope=' || p_scope,
                   HINT = 'an operator can grant the scope to the agent on this site and issue a connection that carries it';
+    END IF;
+    IF p_scope IS NOT NULL AND querylayer.ctx_has_budgets() THEN
+        PERFORM querylayer.spend_budgets(p_scope);  -- sql/157_rate.sql
     END IF;
 END
 $function$;
@@ -5055,6 +5174,39 @@ AS 'querylayer', $function$session_authenticate_wrapper$function$;
 ALTER FUNCTION querylayer.session_authenticate(bytea,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.session_authenticate(bytea,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.set_budget(p_connection uuid, p_scope text, p_period text, p_max_calls integer, p_by text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM querylayer.connections WHERE id = p_connection AND site_id = querylayer.ctx_site_id()) THEN
+        RAISE EXCEPTION 'no connection % on this site', p_connection USING ERRCODE = 'QL404';
+    END IF;
+    IF p_scope IS NULL OR (p_scope <> '*write' AND NOT EXISTS (SELECT 1 FROM querylayer.scopes WHERE scope = p_scope)) THEN
+        RAISE EXCEPTION 'scope: a scope of the catalogue, or *write for every write' USING ERRCODE = '22023';
+    END IF;
+    IF p_period IS NULL OR p_period NOT IN ('hour', 'day') THEN
+        RAISE EXCEPTION 'period: hour or day' USING ERRCODE = '22023';
+    END IF;
+    IF p_max_calls IS NULL THEN
+        DELETE FROM querylayer.connection_budgets WHERE connection_id = p_connection AND scope = p_scope AND period = p_period;
+    ELSIF p_max_calls NOT BETWEEN 0 AND 100000000 THEN
+        RAISE EXCEPTION 'max_calls: from 0 to 100000000' USING ERRCODE = '22023';
+    ELSE
+        INSERT INTO querylayer.connection_budgets (connection_id, site_id, scope, period, max_calls, set_by)
+        VALUES (p_connection, querylayer.ctx_site_id(), p_scope, p_period, p_max_calls, p_by)
+        ON CONFLICT (connection_id, scope, period) DO UPDATE SET max_calls = EXCLUDED.max_calls, set_by = EXCLUDED.set_by,
+                                                                 set_at = now();
+    END IF;
+    PERFORM querylayer.audit('connection.budget'::text, p_connection::text,
+        jsonb_build_object('scope', p_scope, 'period', p_period, 'max_calls', p_max_calls));
+    RETURN jsonb_build_object('connection_id', p_connection, 'budgets', querylayer.budgets_json(p_connection));
+END
+$function$;
+ALTER FUNCTION querylayer.set_budget(uuid,text,text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.set_budget(uuid,text,text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.set_delivery_public(p_site_id uuid, p_public boolean, p_by text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5321,6 +5473,38 @@ $function$;
 ALTER FUNCTION querylayer.site_of_credential(regclass,uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.site_of_credential(regclass,uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.spend_budgets(p_scope text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    b       record;
+    v_start timestamptz;
+    v_used  integer;
+BEGIN
+    FOR b IN SELECT * FROM querylayer.connection_budgets
+              WHERE connection_id = querylayer.ctx_connection_id()
+                AND (scope = p_scope OR (scope = '*write' AND querylayer.is_write_scope(p_scope)))
+              ORDER BY scope, period LOOP
+        v_start := date_trunc(b.period, pg_catalog.now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+        INSERT INTO querylayer.connection_budget_use AS u (connection_id, site_id, scope, period, window_start, used)
+        VALUES (b.connection_id, b.site_id, b.scope, b.period, v_start, 1)
+        ON CONFLICT (connection_id, scope, period, window_start) DO UPDATE SET used = u.used + 1
+        RETURNING u.used INTO v_used;
+        IF v_used > b.max_calls THEN
+            RAISE EXCEPTION 'this connection''s budget of % calls per % % is used up', b.max_calls, b.period,
+                CASE WHEN b.scope = '*write' THEN 'that write' ELSE 'that need ' || b.scope END
+                USING ERRCODE = 'QL429',
+                      DETAIL = 'retry_after=' || greatest(1, ceil(extract(epoch FROM v_start + ('1 ' || b.period)::interval - pg_catalog.now())))::integer,
+                      HINT = 'the budget starts again with the next ' || b.period || '; an owner or operator sets budgets';
+        END IF;
+    END LOOP;
+END
+$function$;
+ALTER FUNCTION querylayer.spend_budgets(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.spend_budgets(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.spend_nonce(p_sender text, p_nonce text, p_window_seconds bigint)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -5385,6 +5569,36 @@ CREATE OR REPLACE FUNCTION querylayer.story_roster()
 AS 'querylayer', $function$story_roster_wrapper$function$;
 ALTER FUNCTION querylayer.story_roster() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.story_roster() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.take_token(p_kind text, p_key text, p_per_sec double precision, p_burst double precision)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_burst  double precision := greatest(coalesce(p_burst, 1), 1);
+    v_now    timestamptz := clock_timestamp();
+    v_tokens double precision;
+BEGIN
+    IF coalesce(p_per_sec, 0) <= 0 OR p_key IS NULL THEN
+        RETURN 0;
+    END IF;
+    INSERT INTO querylayer.rate_buckets AS b (kind, key, tokens, at)
+    VALUES (p_kind, p_key, v_burst - 1, v_now)
+    ON CONFLICT (kind, key) DO UPDATE
+       SET tokens = least(v_burst, b.tokens + extract(epoch FROM v_now - b.at) * p_per_sec) - 1, at = v_now
+     WHERE least(v_burst, b.tokens + extract(epoch FROM v_now - b.at) * p_per_sec) >= 1
+    RETURNING b.tokens INTO v_tokens;
+    IF FOUND THEN
+        RETURN 0;
+    END IF;
+    SELECT least(v_burst, b.tokens + extract(epoch FROM v_now - b.at) * p_per_sec) INTO v_tokens
+      FROM querylayer.rate_buckets b WHERE b.kind = p_kind AND b.key = p_key;
+    RETURN greatest(1, ceil((1 - v_tokens) / p_per_sec))::integer;
+END
+$function$;
+ALTER FUNCTION querylayer.take_token(text,text,double precision,double precision) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.take_token(text,text,double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.task_binding_problem(p_turn querylayer.console_turns, p_steps boolean DEFAULT true, OUT reason text, OUT step_id uuid, OUT step_reason text)
  RETURNS record
@@ -5547,6 +5761,29 @@ END
 $function$;
 ALTER FUNCTION querylayer.time_partitions() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.time_partitions() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+CREATE OR REPLACE FUNCTION querylayer.token_wait(p_kind text, p_key text, p_per_sec double precision, p_burst double precision)
+ RETURNS integer
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_tokens double precision;
+BEGIN
+    IF coalesce(p_per_sec, 0) <= 0 OR p_key IS NULL THEN
+        RETURN 0;
+    END IF;
+    SELECT least(greatest(coalesce(p_burst, 1), 1), b.tokens + extract(epoch FROM clock_timestamp() - b.at) * p_per_sec)
+      INTO v_tokens FROM querylayer.rate_buckets b WHERE b.kind = p_kind AND b.key = p_key;
+    IF NOT FOUND OR v_tokens >= 1 THEN
+        RETURN 0;
+    END IF;
+    RETURN greatest(1, ceil((1 - v_tokens) / p_per_sec))::integer;
+END
+$function$;
+ALTER FUNCTION querylayer.token_wait(text,text,double precision,double precision) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.token_wait(text,text,double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.topical_map_guard()
  RETURNS trigger
@@ -5774,6 +6011,7 @@ DECLARE
     v_cutoff  timestamptz;
     v_keys    bigint;
     v_nonces  bigint;
+    v_limits  bigint;
     p         record;
 BEGIN
     PERFORM querylayer.enter_operator(NULL::uuid);
@@ -5789,12 +6027,14 @@ BEGIN
     v_keys := querylayer.reclaim_idempotency_keys();
     DELETE FROM querylayer.envelope_nonces WHERE expires_at < clock_timestamp();
     GET DIAGNOSTICS v_nonces = ROW_COUNT;
+    v_limits := querylayer.reclaim_limits();
     PERFORM querylayer.audit('retention.apply'::text, NULL::text, jsonb_build_object(
         'created', to_jsonb(v_created), 'dropped', jsonb_array_length(v_dropped),
-        'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces));
+        'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces, 'limit_rows_deleted', v_limits));
     RETURN jsonb_build_object('retention_days', querylayer.setting_int('audit_retention_days'::text),
                               'created', to_jsonb(v_created), 'dropped', v_dropped,
-                              'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces);
+                              'idempotency_keys_deleted', v_keys, 'nonces_deleted', v_nonces,
+                              'limit_rows_deleted', v_limits);
 END
 $function$;
 ALTER FUNCTION querylayer_api.apply_retention() OWNER TO querylayer_owner;
@@ -5823,6 +6063,28 @@ ALTER FUNCTION querylayer_api.authenticate_delivery(text,bytea) OWNER TO queryla
 REVOKE ALL ON FUNCTION querylayer_api.authenticate_delivery(text,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_delivery(text,bytea) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_delivery(text,bytea) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.authenticate_edge(p_fingerprint bytea, p_peer text, p_failure_rate double precision, p_failure_burst double precision, p_rate double precision, p_burst double precision)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v jsonb;
+BEGIN
+    PERFORM querylayer.refuse_rate(querylayer.token_wait('auth_failure'::text, left(p_peer, 64), p_failure_rate,
+                                                         p_failure_burst), 'peer'::text);
+    v := querylayer_api.authenticate(p_fingerprint);
+    PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
+                                                         p_rate, p_burst), 'connection'::text);
+    RETURN v;
+END
+$function$;
+ALTER FUNCTION querylayer_api.authenticate_edge(bytea,text,double precision,double precision,double precision,double precision) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.authenticate_edge(bytea,text,double precision,double precision,double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_edge(bytea,text,double precision,double precision,double precision,double precision) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.authenticate_edge(bytea,text,double precision,double precision,double precision,double precision) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.authenticate_envelope(header text, method text, path text, body_sha256 bytea)
  RETURNS jsonb
@@ -6767,6 +7029,7 @@ BEGIN
                                    WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = s) ORDER BY s)),
                 'harness', c.harness, 'expires_at', c.expires_at,
                 'state', CASE WHEN c.revoked_at IS NOT NULL THEN 'revoked' WHEN c.expires_at <= now() THEN 'expired' ELSE 'active' END,
+                'budgets', querylayer.budgets_json(c.id),
                 'created_at', c.created_at, 'revoked_at', c.revoked_at)) ORDER BY c.created_at DESC, c.id DESC)
           FROM (SELECT * FROM querylayer.connections x
                  WHERE x.site_id = querylayer.ctx_site_id()
@@ -7251,6 +7514,22 @@ ALTER FUNCTION querylayer_api.console_revoke_member_session(uuid,text) OWNER TO 
 REVOKE ALL ON FUNCTION querylayer_api.console_revoke_member_session(uuid,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_member_session(uuid,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_revoke_member_session(uuid,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.console_set_connection_budget(p_connection uuid, p_scope text, p_period text, p_max_calls integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(ARRAY['owner', 'admin']::text[]);
+    RETURN querylayer.set_budget(p_connection, p_scope, p_period, p_max_calls, 'member:' || querylayer.ctx_member_id());
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_set_connection_budget(uuid,text,text,integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_set_connection_budget(uuid,text,text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_set_connection_budget(uuid,text,text,integer) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_set_connection_budget(uuid,text,text,integer) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.console_set_delivery_public(p_public boolean)
  RETURNS jsonb
@@ -8494,6 +8773,27 @@ ALTER FUNCTION querylayer_api.list_audit(text,integer) OWNER TO querylayer_owner
 REVOKE ALL ON FUNCTION querylayer_api.list_audit(text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.list_audit(text,integer) TO querylayer_admin;
 
+CREATE OR REPLACE FUNCTION querylayer_api.list_connection_budgets(p_site text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_site querylayer.sites;
+BEGIN
+    v_site := querylayer.enter_operator_site(p_site);
+    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object('connection_id', c.id, 'name', c.name, 'agent', a.handle,
+                                                         'budgets', querylayer.budgets_json(c.id)) ORDER BY c.created_at, c.id), '[]')
+              FROM querylayer.connections c JOIN querylayer.agents a ON a.id = c.agent_id
+             WHERE c.site_id = v_site.id
+               AND EXISTS (SELECT 1 FROM querylayer.connection_budgets b WHERE b.connection_id = c.id));
+END
+$function$;
+ALTER FUNCTION querylayer_api.list_connection_budgets(text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.list_connection_budgets(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.list_connection_budgets(text) TO querylayer_admin;
+
 CREATE OR REPLACE FUNCTION querylayer_api.list_connections(p_site text)
  RETURNS TABLE(connection_id uuid, name text, agent text, prefix text, did text, scopes text[], effective_scopes text[], harness text, expires_at timestamp with time zone, state text, created_at timestamp with time zone, revoked_at timestamp with time zone)
  LANGUAGE plpgsql
@@ -9204,7 +9504,7 @@ REVOKE ALL ON FUNCTION querylayer_api.oauth_refresh(bytea,text,text) FROM PUBLIC
 GRANT EXECUTE ON FUNCTION querylayer_api.oauth_refresh(bytea,text,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.oauth_refresh(bytea,text,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.oauth_register_client(p_client_name text, p_redirect_uris text[])
+CREATE OR REPLACE FUNCTION querylayer_api.oauth_register_client(p_client_name text, p_redirect_uris text[], p_peer text DEFAULT NULL::text, p_rate double precision DEFAULT NULL::double precision, p_burst double precision DEFAULT NULL::double precision)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -9214,6 +9514,8 @@ DECLARE
     v_client querylayer.oauth_clients;
     v_bad    text;
 BEGIN
+    PERFORM querylayer.refuse_rate(querylayer.take_token('oauth_register'::text, left(p_peer, 64), p_rate, p_burst),
+                                   'registration'::text);
     IF p_redirect_uris IS NULL OR cardinality(p_redirect_uris) NOT BETWEEN 1 AND 8 THEN
         RAISE EXCEPTION 'redirect_uris: one to eight redirect URIs are required' USING ERRCODE = '22023';
     END IF;
@@ -9232,10 +9534,10 @@ BEGIN
                               'client_id_issued_at', extract(epoch FROM v_client.created_at)::bigint);
 END
 $function$;
-ALTER FUNCTION querylayer_api.oauth_register_client(text,text[]) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.oauth_register_client(text,text[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.oauth_register_client(text,text[]) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.oauth_register_client(text,text[]) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.oauth_register_client(text,text[],text,double precision,double precision) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.oauth_register_client(text,text[],text,double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_register_client(text,text[],text,double precision,double precision) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.oauth_register_client(text,text[],text,double precision,double precision) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.oauth_revoke_current()
  RETURNS jsonb
@@ -9274,7 +9576,32 @@ REVOKE ALL ON FUNCTION querylayer_api.oauth_revoke_refresh(bytea,text) FROM PUBL
 GRANT EXECUTE ON FUNCTION querylayer_api.oauth_revoke_refresh(bytea,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.oauth_revoke_refresh(bytea,text) TO querylayer_edge;
 
-CREATE OR REPLACE FUNCTION querylayer_api.open_tool_call(p_fingerprint bytea, p_tool text, p_idempotency_key text DEFAULT NULL::text, p_request_sha256 bytea DEFAULT NULL::bytea)
+CREATE OR REPLACE FUNCTION querylayer_api.open_replica_read(p_fingerprint bytea, p_tool text, p_floor_lsn pg_lsn)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF pg_catalog.pg_is_in_recovery()
+       AND (p_floor_lsn IS NULL OR coalesce(pg_catalog.pg_last_wal_replay_lsn(), '0/0'::pg_lsn) < p_floor_lsn) THEN
+        RAISE EXCEPTION 'this standby has replayed the primary''s history only to %, not yet to %',
+            pg_catalog.pg_last_wal_replay_lsn(), p_floor_lsn
+            USING ERRCODE = 'QLR01', HINT = 'read from the primary, or wait for the standby';
+    END IF;
+    PERFORM querylayer_api.authenticate(p_fingerprint);
+    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+        RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
+    END IF;
+    RETURN true;
+END
+$function$;
+ALTER FUNCTION querylayer_api.open_replica_read(bytea,text,pg_lsn) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.open_replica_read(bytea,text,pg_lsn) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.open_replica_read(bytea,text,pg_lsn) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.open_replica_read(bytea,text,pg_lsn) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.open_tool_call(p_fingerprint bytea, p_tool text, p_idempotency_key text DEFAULT NULL::text, p_request_sha256 bytea DEFAULT NULL::bytea, p_rate double precision DEFAULT NULL::double precision, p_burst double precision DEFAULT NULL::double precision)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -9288,6 +9615,8 @@ BEGIN
     IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
+    PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
+                                                         p_rate, p_burst), 'connection'::text);
     v_opened := jsonb_build_object('tool', p_tool, 'opened_at', clock_timestamp());
     IF p_idempotency_key IS NOT NULL THEN
         v_claimed := querylayer_api.claim_idempotency_key(p_idempotency_key, p_tool, p_request_sha256);
@@ -9299,10 +9628,25 @@ BEGIN
     RETURN v_opened;
 END
 $function$;
-ALTER FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-GRANT EXECUTE ON FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea) TO querylayer_admin;
-GRANT EXECUTE ON FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea) TO querylayer_edge;
+ALTER FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea,double precision,double precision) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea,double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea,double precision,double precision) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.open_tool_call(bytea,text,text,bytea,double precision,double precision) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.peer_failure_wait(p_peer text, p_rate double precision, p_burst double precision)
+ RETURNS integer
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN querylayer.token_wait('auth_failure'::text, left(p_peer, 64), p_rate, p_burst);
+END
+$function$;
+ALTER FUNCTION querylayer_api.peer_failure_wait(text,double precision,double precision) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.peer_failure_wait(text,double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.peer_failure_wait(text,double precision,double precision) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.peer_failure_wait(text,double precision,double precision) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.prepare_answer(p_question text, p_purpose text DEFAULT NULL::text, p_dialect text DEFAULT 'SAIL_SQL'::text)
  RETURNS jsonb
@@ -9646,6 +9990,24 @@ ALTER FUNCTION querylayer_api.record_refused_tool_call(bytea,text,integer,text,t
 REVOKE ALL ON FUNCTION querylayer_api.record_refused_tool_call(bytea,text,integer,text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.record_refused_tool_call(bytea,text,integer,text,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.record_refused_tool_call(bytea,text,integer,text,text) TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.record_replica_read(p_fingerprint bytea, p_tool text, p_duration_ms integer, p_rate double precision DEFAULT NULL::double precision, p_burst double precision DEFAULT NULL::double precision)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer_api.authenticate(p_fingerprint);
+    PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
+                                                         p_rate, p_burst), 'connection'::text);
+    PERFORM querylayer_api.record_tool_call(p_tool, 'ok'::text, p_duration_ms, NULL::text);
+END
+$function$;
+ALTER FUNCTION querylayer_api.record_replica_read(bytea,text,integer,double precision,double precision) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.record_replica_read(bytea,text,integer,double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.record_replica_read(bytea,text,integer,double precision,double precision) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.record_replica_read(bytea,text,integer,double precision,double precision) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcome text, p_duration_ms integer, p_error_code text DEFAULT NULL::text)
  RETURNS void
@@ -10069,6 +10431,21 @@ REVOKE ALL ON FUNCTION querylayer_api.server_keys() FROM PUBLIC, querylayer_admi
 GRANT EXECUTE ON FUNCTION querylayer_api.server_keys() TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.server_keys() TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.set_connection_budget(p_site text, p_connection uuid, p_scope text, p_period text, p_max_calls integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.enter_operator_site(p_site);
+    RETURN querylayer.set_budget(p_connection, p_scope, p_period, p_max_calls, 'operator:' || querylayer.outer_user());
+END
+$function$;
+ALTER FUNCTION querylayer_api.set_connection_budget(text,uuid,text,text,integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.set_connection_budget(text,uuid,text,text,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.set_connection_budget(text,uuid,text,text,integer) TO querylayer_admin;
+
 CREATE OR REPLACE FUNCTION querylayer_api.set_delivery_public(p_site text, p_public boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -10261,6 +10638,22 @@ REVOKE ALL ON FUNCTION querylayer_api.site_context() FROM PUBLIC, querylayer_adm
 GRANT EXECUTE ON FUNCTION querylayer_api.site_context() TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.site_context() TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.spend_peer_failure(p_peer text, p_rate double precision, p_burst double precision)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.take_token('auth_failure'::text, left(p_peer, 64), p_rate, p_burst);
+    RETURN querylayer.token_wait('auth_failure'::text, left(p_peer, 64), p_rate, p_burst);
+END
+$function$;
+ALTER FUNCTION querylayer_api.spend_peer_failure(text,double precision,double precision) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.spend_peer_failure(text,double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.spend_peer_failure(text,double precision,double precision) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.spend_peer_failure(text,double precision,double precision) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.stage_content_source_package(p_run_id uuid, p_name text, p_records jsonb, p_source text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -10390,6 +10783,26 @@ ALTER FUNCTION querylayer_api.story_overview() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.story_overview() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.story_overview() TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.story_overview() TO querylayer_edge;
+
+CREATE OR REPLACE FUNCTION querylayer_api.take_connection_token(p_rate double precision, p_burst double precision)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    -- Any connection context, an envelope's too (it only limits, it grants nothing).
+    IF querylayer.ctx_kind() IS DISTINCT FROM 'connection' THEN
+        RAISE EXCEPTION 'no authenticated connection in this transaction' USING ERRCODE = 'QL401';
+    END IF;
+    PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
+                                                         p_rate, p_burst), 'connection'::text);
+END
+$function$;
+ALTER FUNCTION querylayer_api.take_connection_token(double precision,double precision) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.take_connection_token(double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.take_connection_token(double precision,double precision) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.take_connection_token(double precision,double precision) TO querylayer_edge;
 
 CREATE OR REPLACE FUNCTION querylayer_api.value_limits()
  RETURNS TABLE(table_name text, column_name text, argument text, max_bytes integer)
@@ -10759,6 +11172,16 @@ ALTER TABLE querylayer.claim_evidence ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.claim_evidence FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.claim_evidence FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+ALTER TABLE querylayer.connection_budget_use OWNER TO querylayer_owner;
+ALTER TABLE querylayer.connection_budget_use ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.connection_budget_use FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.connection_budget_use FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.connection_budgets OWNER TO querylayer_owner;
+ALTER TABLE querylayer.connection_budgets ENABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.connection_budgets FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.connection_budgets FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 ALTER TABLE querylayer.connections OWNER TO querylayer_owner;
 ALTER TABLE querylayer.connections ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.connections FORCE ROW LEVEL SECURITY;
@@ -10983,6 +11406,11 @@ ALTER TABLE querylayer.proposals OWNER TO querylayer_owner;
 ALTER TABLE querylayer.proposals ENABLE ROW LEVEL SECURITY;
 ALTER TABLE querylayer.proposals FORCE ROW LEVEL SECURITY;
 REVOKE ALL ON TABLE querylayer.proposals FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
+ALTER TABLE querylayer.rate_buckets OWNER TO querylayer_owner;
+ALTER TABLE querylayer.rate_buckets DISABLE ROW LEVEL SECURITY;
+ALTER TABLE querylayer.rate_buckets NO FORCE ROW LEVEL SECURITY;
+REVOKE ALL ON TABLE querylayer.rate_buckets FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 ALTER TABLE querylayer.retention_drops OWNER TO querylayer_owner;
 ALTER TABLE querylayer.retention_drops DISABLE ROW LEVEL SECURITY;
@@ -11631,6 +12059,12 @@ CREATE POLICY audit_write ON querylayer.audit_events AS PERMISSIVE FOR INSERT TO
 DROP POLICY IF EXISTS site_isolation ON querylayer.claim_evidence;
 CREATE POLICY site_isolation ON querylayer.claim_evidence AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
+DROP POLICY IF EXISTS site_isolation ON querylayer.connection_budget_use;
+CREATE POLICY site_isolation ON querylayer.connection_budget_use AS PERMISSIVE FOR ALL TO PUBLIC USING (((site_id = querylayer.ctx_site_id()) OR querylayer.ctx_is_operator())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
+DROP POLICY IF EXISTS site_isolation ON querylayer.connection_budgets;
+CREATE POLICY site_isolation ON querylayer.connection_budgets AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
+
 DROP POLICY IF EXISTS site_isolation ON querylayer.connections;
 CREATE POLICY site_isolation ON querylayer.connections AS PERMISSIVE FOR ALL TO PUBLIC USING ((site_id = querylayer.ctx_site_id())) WITH CHECK ((site_id = querylayer.ctx_site_id()));
 
@@ -11844,6 +12278,10 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.audit_events', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.claim_evidence', '');
 
+SELECT pg_catalog.pg_extension_config_dump('querylayer.connection_budget_use', '');
+
+SELECT pg_catalog.pg_extension_config_dump('querylayer.connection_budgets', '');
+
 SELECT pg_catalog.pg_extension_config_dump('querylayer.connections', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.console_conversations', '');
@@ -11930,6 +12368,8 @@ SELECT pg_catalog.pg_extension_config_dump('querylayer.proposal_items', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.proposals', '');
 
+SELECT pg_catalog.pg_extension_config_dump('querylayer.rate_buckets', '');
+
 SELECT pg_catalog.pg_extension_config_dump('querylayer.retention_drops', '');
 
 SELECT pg_catalog.pg_extension_config_dump('querylayer.retention_summaries', '');
@@ -12015,4 +12455,8 @@ SELECT querylayer.ensure_ledger_form('querylayer.semantic_models', 1::smallint, 
 SELECT querylayer.ensure_ledger_form('querylayer.state_events', 1::smallint, '{actor,cause,decision_id,id,recorded_at,site_id,state,subject,subject_id}');
 
 DROP FUNCTION IF EXISTS querylayer_api.oauth_consent(text,text,text,text,text,text,text[],timestamp with time zone);
+
+DROP FUNCTION IF EXISTS querylayer_api.oauth_register_client(text,text[]);
+
+DROP FUNCTION IF EXISTS querylayer_api.open_tool_call(bytea,text,text,bytea);
 

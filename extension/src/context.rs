@@ -65,6 +65,8 @@ struct RequestContext {
     route: Option<Route>,
     /// The dashboard session a member acts through (none for a member token).
     member_session_id: Option<Uuid>,
+    /// The connection has budgets (sql/157_rate.sql): its scope checks spend them.
+    has_budgets: bool,
 }
 
 impl RequestContext {
@@ -84,6 +86,7 @@ impl RequestContext {
             expires_at: None,
             route: None,
             member_session_id: None,
+            has_budgets: false,
         }
     }
 }
@@ -268,6 +271,12 @@ fn ctx_harness() -> Option<String> {
     with_context(|c| c.harness.clone()).flatten()
 }
 
+/// Whether the context's connection has budgets to spend (`querylayer.spend_budgets`).
+#[pg_extern(stable, parallel_restricted)]
+fn ctx_has_budgets() -> bool {
+    with_context(|c| c.has_budgets).unwrap_or(false)
+}
+
 #[pg_extern(stable, parallel_restricted)]
 fn ctx_member_session_id() -> Option<Uuid> {
     with_context(|c| c.member_session_id).flatten()
@@ -425,6 +434,7 @@ SELECT CASE
                                             WHERE p.site_id = c.site_id AND p.agent_id = c.agent_id AND p.scope = sc)
                              ORDER BY sc)),
                         'harness', c.harness,
+                        'has_budgets', EXISTS (SELECT 1 FROM querylayer.connection_budgets b WHERE b.connection_id = c.id),
                         'expires_at', c.expires_at)
                  FROM querylayer.sites s, querylayer.organizations o, querylayer.agents a
                 WHERE s.id = c.site_id AND o.id = c.organization_id AND a.id = c.agent_id)
@@ -682,10 +692,12 @@ pub(crate) fn establish(credential: Credential, verdict: Value, route: Option<Ro
         expires_at: verdict.get("expires_at").and_then(Value::as_str).and_then(postgres_micros),
         route,
         member_session_id: uuid_field(&verdict, "session_id"),
+        has_budgets: verdict.get("has_budgets").and_then(Value::as_bool).unwrap_or(false),
     });
     let mut public = verdict;
     if let Some(obj) = public.as_object_mut() {
         obj.remove("ok");
+        obj.remove("has_budgets");
     }
     JsonB(public)
 }

@@ -43,6 +43,7 @@ extension_sql_file!(
         context::ctx_member_role,
         context::ctx_harness,
         context::ctx_member_session_id,
+        context::ctx_has_budgets,
         context::ctx_presented_fingerprint,
         context::outer_user,
         context::enter_operator,
@@ -92,10 +93,11 @@ extension_sql_file!(
 );
 extension_sql_file!("../../sql/150_limits.sql", name = "limits", requires = ["semantics"]);
 extension_sql_file!("../../sql/155_idempotency.sql", name = "idempotency", requires = ["limits"]);
+extension_sql_file!("../../sql/157_rate.sql", name = "rate", requires = ["idempotency"]);
 extension_sql_file!(
     "../../sql/160_retention.sql",
     name = "retention",
-    requires = ["idempotency", retention::sign_statement, retention::statement_signature_valid]
+    requires = ["rate", retention::sign_statement, retention::statement_signature_valid]
 );
 extension_sql_file!("../../sql/165_health.sql", name = "health", requires = ["retention", health::disk_free]);
 extension_sql_file!("../../sql/170_reading.sql", name = "reading", requires = ["health"]);

@@ -121,9 +121,15 @@ fn an_envelope_for_one_route_runs_nothing_else_in_its_transaction() {
                                       -- The OAuth token endpoint's own authentications (checked
                                       -- below) and its registration and client lookup (no context).
                                       'oauth_redeem_code', 'oauth_refresh', 'oauth_revoke_refresh',
-                                      'oauth_register_client', 'oauth_client',
+                                      'oauth_register_client', 'oauth_client', 'oauth_record_client_document',
+                                      -- The limits every edge shares: an address's budget (no
+                                      -- context), the edge's authentication (checked below) and
+                                      -- a token of the acting connection's own rate.
+                                      'peer_failure_wait', 'spend_peer_failure', 'authenticate_edge',
+                                      'take_connection_token',
                                       -- An agent's tool call authenticates itself (checked below).
-                                      'open_tool_call', 'record_refused_tool_call',
+                                      'open_tool_call', 'record_refused_tool_call', 'open_replica_read',
+                                      'record_replica_read',
                                       -- No context at all: readiness and the published limits.
                                       'health', 'value_limits')
                 AND NOT EXISTS (SELECT 1 FROM querylayer.envelope_routes r
@@ -171,6 +177,9 @@ fn an_envelope_for_one_route_runs_nothing_else_in_its_transaction() {
         "SELECT querylayer_api.record_refused_tool_call(sha256('qlc_x'::bytea), 'querylayer_begin_run'::text, 1, 'forbidden'::text)",
         "SELECT querylayer_api.oauth_redeem_code(sha256('qla_x'::bytea), 'c'::text, 'r'::text, 'v'::text, 'x'::text)",
         "SELECT querylayer_api.oauth_refresh(sha256('qlr_x'::bytea), 'c'::text, NULL::text)",
+        "SELECT querylayer_api.authenticate_edge(sha256('qlc_x'::bytea), '192.0.2.1'::text, 1::float8, 1::float8, 1::float8, 1::float8)",
+        "SELECT querylayer_api.open_replica_read(sha256('qlc_x'::bytea), 'querylayer_site_context'::text, NULL::pg_lsn)",
+        "SELECT querylayer_api.record_replica_read(sha256('qlc_x'::bytea), 'querylayer_site_context'::text, 1)",
     ] {
         let mut sp = tx.transaction().unwrap();
         let err = sp.query(sql, &[]).expect_err(sql);

@@ -63,10 +63,12 @@ def member_token(site: str, member: str) -> str:
     return out["token"]
 
 
-def sql(statement: str) -> str:
-    """One statement as the cluster's superuser: for checks that look past the API. The statement
-    goes on stdin: a check of every acknowledged id can outgrow one command-line argument."""
-    done = subprocess.run(["sudo", "-u", "postgres", f"{PG_BIN}/psql", "-h", DIR, "-p", PG_PORT, "-d", "querylayer",
+def sql(statement: str, cluster: tuple[str, str] | None = None) -> str:
+    """One statement as the cluster's superuser (the test cluster, or `cluster`: its directory and
+    port): for checks that look past the API. The statement goes on stdin: a check of every
+    acknowledged id can outgrow one command-line argument."""
+    directory, port = cluster or (DIR, PG_PORT)
+    done = subprocess.run(["sudo", "-u", "postgres", f"{PG_BIN}/psql", "-h", directory, "-p", port, "-d", "querylayer",
                            "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-f", "-"],
                           input=statement + ";\n", capture_output=True, text=True, timeout=120, cwd="/tmp")
     assert done.returncode == 0, f"SQL failed: {done.stderr}"
@@ -95,16 +97,17 @@ def crash_and_restart_postgres() -> None:
 class Edge:
     """An edge process of this test, on EDGE_PORT, optionally under `prlimit --nofile`."""
 
-    def __init__(self, *flags: str, nofile: int | None = None, log: str = "edge"):
+    def __init__(self, *flags: str, nofile: int | None = None, log: str = "edge", port: int = EDGE_PORT,
+                 database_url: str = EDGE_DB_URL):
         self.log_path = f"{DIR}/{log}.log"
-        command = [BIN, "--log-format", "json", "serve", "--port", str(EDGE_PORT), "--rate-limit", "0",
+        command = [BIN, "--log-format", "json", "serve", "--port", str(port), "--rate-limit", "0",
                    "--shutdown-grace-secs", "5", *flags]
         if nofile is not None:
             command = ["prlimit", f"--nofile={nofile}:{nofile}", *command]
         self.log = open(self.log_path, "a", encoding="utf-8")
-        self.process = subprocess.Popen(command, env={**os.environ, "DATABASE_URL": EDGE_DB_URL},
+        self.process = subprocess.Popen(command, env={**os.environ, "DATABASE_URL": database_url},
                                         stdout=self.log, stderr=self.log)
-        self.url = f"http://127.0.0.1:{EDGE_PORT}"
+        self.url = f"http://127.0.0.1:{port}"
         for _ in range(100):
             try:
                 if httpx2.get(f"{self.url}/readyz", timeout=1).status_code == 200:
@@ -207,16 +210,16 @@ class Loop:
                     await self.read(http)
 
 
-def ops_present(acked: list) -> tuple[int, int]:
+def ops_present(acked: list, cluster: tuple[str, str] | None = None) -> tuple[int, int]:
     """(acknowledged ids found, runs per op beyond one) for a list of (op, run_id)."""
     if not acked:
         return 0, 0
     values = ",".join(f"('{op}', '{run}'::uuid)" for op, run in acked)
     found = int(sql(f"SELECT count(*) FROM (VALUES {values}) a(op, run_id) "
-                    f"JOIN querylayer.runs r ON r.id = a.run_id AND r.input->>'op' = a.op"))
+                    f"JOIN querylayer.runs r ON r.id = a.run_id AND r.input->>'op' = a.op", cluster))
     extra = int(sql(f"SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM querylayer.runs r "
                     f"WHERE r.input->>'op' IN (SELECT op FROM (VALUES {values}) a(op, run_id)) "
-                    f"GROUP BY r.input->>'op') per_op"))
+                    f"GROUP BY r.input->>'op') per_op", cluster))
     return found, extra
 
 

@@ -114,6 +114,10 @@ struct WriteRequest {
     replayed: Arc<AtomicBool>,
 }
 
+/// Set when a read was served by the standby (`replica`): the tool call's log line says so.
+#[derive(Clone, Default)]
+struct ServedByStandby(Arc<AtomicBool>);
+
 /// The tool `call_tool` dispatched to (its one name, which the audit row records) and when.
 #[derive(Clone, Copy)]
 struct Dispatched {
@@ -145,6 +149,8 @@ pub struct QueryLayerMcp {
     sites: Option<Arc<SiteLimits>>,
     /// The tools that are not read-only: they take idempotency keys and write permits.
     writes: Arc<HashSet<String>>,
+    /// The hot standby read-only tools are served from when it is fresh enough.
+    replica: Option<Arc<crate::replica::Replica>>,
 }
 
 impl QueryLayerMcp {
@@ -168,6 +174,7 @@ impl QueryLayerMcp {
             llm: None,
             sites: None,
             writes: Arc::new(writes),
+            replica: None,
         }
     }
 
@@ -275,6 +282,27 @@ impl QueryLayerMcp {
         }
     }
 
+    /// What the database needs of a tool call: the credential, the tool and when it began, a
+    /// write's key; and whether the call takes its request's token of the connection's rate (not
+    /// when the middleware's authentication took it).
+    fn tool_call(
+        ctx: &RequestContext<RoleServer>,
+        fingerprint: Fingerprint,
+        tool: &'static str,
+        started: Instant,
+        idempotency: Option<(String, [u8; 32])>,
+    ) -> ToolCall {
+        let principal = Self::principal(ctx);
+        ToolCall {
+            fingerprint,
+            tool,
+            started,
+            idempotency,
+            connection_id: principal.map(|p| p.context.connection_id),
+            takes_token: principal.is_none_or(|p| !p.took_token),
+        }
+    }
+
     /// The pool, counting into the request's round trips (HTTP).
     fn db(&self, ctx: &RequestContext<RoleServer>) -> Db {
         match Self::principal(ctx) {
@@ -304,8 +332,24 @@ impl QueryLayerMcp {
         call: Call,
     ) -> Result<Json<T>, CallToolResult> {
         let key = call.idempotency_key().map(str::to_string);
-        self.governed(ctx, key.as_deref(), async |db: Db, tool: ToolCall| db.tool_call(&tool, &call).await)
-            .await
+        let replica = self.replica.clone();
+        let writes = self.writes.clone();
+        let standby = ctx.extensions.get::<ServedByStandby>().map(|s| s.0.clone());
+        self.governed(ctx, key.as_deref(), async |db: Db, tool: ToolCall| {
+            let reads = !writes.contains(tool.tool);
+            if let (true, Some(replica)) = (reads, &replica) {
+                if let Some(floor) = replica.floor(tool.connection_id, Instant::now()) {
+                    if let Some(value) = db.replica_read(&replica.db, &tool, &call, &floor).await? {
+                        if let Some(standby) = &standby {
+                            standby.store(true, Ordering::Relaxed);
+                        }
+                        return Ok((value, crate::db::Answered::Now));
+                    }
+                }
+            }
+            db.tool_call(&tool, &call).await
+        })
+        .await
     }
 
     /// The one path of an agent's tool call: the tool's name from its dispatch, the site permit,
@@ -325,7 +369,7 @@ impl QueryLayerMcp {
         };
         let _permit = self.site_permit(ctx, tool).await.map_err(Error::into_tool_result)?;
         let idempotency = Self::idempotency(ctx, idempotency_key);
-        let call = ToolCall { fingerprint, tool, started, idempotency };
+        let call = Self::tool_call(ctx, fingerprint, tool, started, idempotency);
         let result = run(self.db(ctx), call)
             .await
             .map(|(value, answered)| {
@@ -337,9 +381,27 @@ impl QueryLayerMcp {
         let connection_id = principal.map(|p| p.context.connection_id.to_string());
         let db_round_trips = principal.map(|p| p.trips.count());
         let duration_ms = started.elapsed().as_millis() as u64;
+        let served_by = match ctx.extensions.get::<ServedByStandby>() {
+            Some(s) if s.0.load(Ordering::Relaxed) => "standby",
+            _ => "primary",
+        };
         match result {
             Ok(value) => {
-                tracing::info!(tool, connection_id, duration_ms, db_round_trips, outcome = "ok", "tool call");
+                // A write returned: this connection's next reads need the standby past it.
+                if let (Some(replica), Some(principal), true) =
+                    (&self.replica, principal, self.writes.contains(tool))
+                {
+                    replica.wrote(principal.context.connection_id);
+                }
+                tracing::info!(
+                    tool,
+                    connection_id,
+                    duration_ms,
+                    db_round_trips,
+                    served_by,
+                    outcome = "ok",
+                    "tool call"
+                );
                 Ok(Json(value))
             }
             Err(error) => {
@@ -356,7 +418,7 @@ impl QueryLayerMcp {
                     if error.code == Code::Unauthenticated {
                         principal.found_dead();
                     }
-                    if let Some(scope) = &error.required_scope {
+                    if let Some(scope) = error.required_scope() {
                         principal.lacks_scope(scope);
                     }
                 }
@@ -425,7 +487,7 @@ impl ServerHandler for QueryLayerMcp {
             Ok(permit) => permit,
             Err(error) => return Err(error.to_mcp_error()),
         };
-        let call = ToolCall { fingerprint, tool: "read_resource", started, idempotency: None };
+        let call = Self::tool_call(&ctx, fingerprint, "read_resource", started, None);
         let outcome = self.db(&ctx).tool_call(&call, &Call::new(function)).await;
         drop(permit);
         if let (Err(error), Some(principal)) = (&outcome, Self::principal(&ctx)) {
@@ -468,6 +530,7 @@ impl ServerHandler for QueryLayerMcp {
         let arguments = request.arguments.clone();
         let mut ctx = ctx;
         ctx.extensions.insert(Dispatched { tool, started });
+        ctx.extensions.insert(ServedByStandby::default());
         let principal = Self::principal(&ctx).cloned();
         let db = self.db(&ctx);
         let replayed = Arc::new(AtomicBool::new(false));
@@ -509,7 +572,14 @@ impl ServerHandler for QueryLayerMcp {
              organization and agent, so no argument may name them",
         );
         if let Some(fingerprint) = fingerprint {
-            let call = ToolCall { fingerprint, tool, started, idempotency: None };
+            let call = ToolCall {
+                fingerprint,
+                tool,
+                started,
+                idempotency: None,
+                connection_id: principal.as_ref().map(|p| p.context.connection_id),
+                takes_token: false,
+            };
             if db.record_refused_tool_call(&call, error.code.as_str()).await {
                 if let Some(principal) = &principal {
                     principal.found_dead();
@@ -610,7 +680,10 @@ fn offending_fields(
 /// limit), then rmcp.
 pub fn router(state: &AppState) -> Router<AppState> {
     Router::new()
-        .route_service("/mcp", http_service(state.db.clone(), &state.config, state.sites.clone()))
+        .route_service(
+            "/mcp",
+            http_service(state.db.clone(), &state.config, state.sites.clone(), state.replica.clone()),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), crate::auth::mcp_gate))
         .route_layer(middleware::from_fn_with_state(state.clone(), limits::limit_connection))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_connection))
@@ -623,8 +696,10 @@ pub fn http_service(
     db: Db,
     config: &HttpConfig,
     sites: Arc<SiteLimits>,
+    replica: Option<Arc<crate::replica::Replica>>,
 ) -> StreamableHttpService<QueryLayerMcp, NeverSessionManager> {
-    let server = QueryLayerMcp::for_http(db).with_llm(config.llm.clone()).with_site_limits(sites);
+    let mut server = QueryLayerMcp::for_http(db).with_llm(config.llm.clone()).with_site_limits(sites);
+    server.replica = replica;
     let mcp_config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)

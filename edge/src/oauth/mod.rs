@@ -9,9 +9,7 @@
 mod consent;
 
 use axum::body::Bytes;
-use std::net::{IpAddr, SocketAddr};
-
-use axum::extract::{ConnectInfo, State};
+use axum::extract::State;
 use axum::http::{header, Extensions, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -72,11 +70,6 @@ fn no_store(mut response: Response) -> Response {
     response
 }
 
-/// The peer's address, when the listener recorded it.
-fn peer(extensions: &Extensions) -> Option<IpAddr> {
-    extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())
-}
-
 /// 429 with `Retry-After`: a peer over its registration rate or its failed-authentication budget.
 fn slow_down(retry_after: u64, what: &str) -> Response {
     let mut response = oauth_error(
@@ -94,12 +87,7 @@ fn slow_down(retry_after: u64, what: &str) -> Response {
 /// with its name and redirect URIs (https, or loopback http for native clients, RFC 8252). A
 /// peer address registers at most `--registration-rate` clients a second beyond its burst.
 async fn register(State(state): State<AppState>, extensions: Extensions, body: Bytes) -> Response {
-    if let Some(peer) = peer(&extensions) {
-        if let Err(retry_after) = state.registrations.check(peer) {
-            tracing::warn!(peer = %peer, "refused a client registration over the address's rate");
-            return slow_down(retry_after, "too many client registrations from this address");
-        }
-    }
+    let peer = crate::rate::peer(&extensions).map(|p| p.to_string());
     let Ok(Value::Object(metadata)) = serde_json::from_slice::<Value>(&body) else {
         return oauth_error(
             StatusCode::BAD_REQUEST,
@@ -124,10 +112,15 @@ async fn register(State(state): State<AppState>, extensions: Extensions, body: B
         }
     }
     let name = metadata.get("client_name").and_then(Value::as_str).map(str::to_string);
+    let limits = state.db.limits();
     let result = async {
         let client = state.db.client().await?;
-        let row =
-            client.query_one("SELECT querylayer_api.oauth_register_client($1, $2)", &[&name, &uris]).await?;
+        let row = client
+            .query_one(
+                "SELECT querylayer_api.oauth_register_client($1, $2, $3, $4, $5)",
+                &[&name, &uris, &peer, &limits.registration_rate, &limits.registration_burst],
+            )
+            .await?;
         Ok::<Value, Error>(row.get(0))
     }
     .await;
@@ -144,6 +137,10 @@ async fn register(State(state): State<AppState>, extensions: Extensions, body: B
         }
         Err(e) if e.code == Code::InvalidArgument => {
             oauth_error(StatusCode::BAD_REQUEST, "invalid_redirect_uri", &e.message)
+        }
+        Err(e) if e.code == Code::RateLimited => {
+            tracing::warn!(peer = ?peer, "refused a client registration over the address's rate");
+            slow_down(e.retry_after_secs().unwrap_or(1), "too many client registrations from this address")
         }
         Err(e) => server_error(e),
     }
@@ -176,8 +173,8 @@ fn resource_of(state: &AppState, form: &Form) -> Result<String, Response> {
 /// that is refused spends the peer's failed-authentication budget, as a wrong secret does
 /// (`--auth-failure-rate`); over it, 429 before any database work.
 async fn token(State(state): State<AppState>, extensions: Extensions, body: Bytes) -> Response {
-    let peer = peer(&extensions);
-    if let Some(Err(retry_after)) = peer.map(|p| state.auth_failures.admits(&p)) {
+    let peer = crate::rate::peer(&extensions);
+    if let Some(retry_after) = peer.and_then(|p| state.peer_holds.held(&p)) {
         tracing::warn!(peer = ?peer, "refused a token request from an address over its failed-authentication budget");
         return slow_down(retry_after, "too many refused token requests from this address");
     }
@@ -252,7 +249,9 @@ async fn token(State(state): State<AppState>, extensions: Extensions, body: Byte
         Ok(v) => {
             tracing::info!(reason = v["reason"].as_str(), "OAuth token request refused");
             if let Some(peer) = peer {
-                let _ = state.auth_failures.check(peer);
+                if let Some(wait) = state.db.spend_peer_failure(peer).await {
+                    state.peer_holds.hold(peer, wait);
+                }
             }
             oauth_error(
                 StatusCode::BAD_REQUEST,

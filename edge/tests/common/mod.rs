@@ -13,6 +13,8 @@ pub fn serve_args() -> ServeArgs {
         bind: "127.0.0.1".into(),
         port: 8080,
         database_url: "postgres://nobody@127.0.0.1:1/none".into(),
+        read_database_url: None,
+        replica_max_staleness_ms: 1000,
         public_url: Some("https://edge.example.com".into()),
         allowed_hosts: vec![],
         allowed_origins: vec!["https://console.example.com".into()],

@@ -24,6 +24,7 @@ mod ledger;
 mod limits;
 mod oauth;
 mod proposals;
+mod rate;
 mod reading;
 mod retention;
 mod runs;

@@ -10,3 +10,5 @@ CREATE TABLE querylayer.oauth_client_documents (
     PRIMARY KEY (client_id, fetched_at)
 );
 DROP FUNCTION querylayer_api.oauth_consent(text, text, text, text, text, text, text[], timestamptz);
+-- oauth_register_client takes the registering address and its rate (sql/157_rate.sql).
+DROP FUNCTION querylayer_api.oauth_register_client(text, text[]);

@@ -4,9 +4,13 @@ command line for issuing credentials, MCP clients of the official SDK, and the c
 Every secret a test obtains is appended to $QUERYLAYER_TEST_SECRETS so that the runner can prove
 afterwards that none reached a log."""
 
+import contextlib
 import json
 import os
+import pathlib
+import socket
 import subprocess
+import time
 import uuid
 
 import httpx2
@@ -137,3 +141,36 @@ def superuser_sql(sql: str) -> str:
                           capture_output=True, text=True, timeout=60, cwd="/tmp")
     assert done.returncode == 0, f"superuser SQL failed: {done.stderr}"
     return done.stdout.strip()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(name: str, *flags: str, database_url: str | None = None):
+    """An edge of a test's own (`querylayer serve` with `flags`), its log beside the tier's logs.
+    Yields (its URL, its log's path); stopped (SIGTERM) afterwards."""
+    port = free_port()
+    path = pathlib.Path(SECRETS).parent / f"{name}.log"
+    with open(path, "w") as log:
+        proc = subprocess.Popen(
+            [BIN, "--log-format", "json", "serve", "--port", str(port), *flags],
+            env={**os.environ, "DATABASE_URL": database_url or EDGE_DB_URL}, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                if httpx2.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx2.HTTPError:
+                pass
+            time.sleep(0.05)
+        else:
+            raise RuntimeError(f"the {name} edge did not start; see {path}")
+        yield url, path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
