@@ -116,6 +116,8 @@ CREATE TABLE querylayer.content_items (
     UNIQUE (site_id, slug)
 );
 SELECT querylayer.isolate_by_site('querylayer.content_items'::regclass);
+-- list_content's order: a page is read from the index, whatever the site's size.
+CREATE INDEX content_items_site_created ON querylayer.content_items (site_id, created_at DESC, id DESC);
 
 -- An agent's record belongs to an open run of its own connection; a member's to that member.
 -- Held by the tables (revisions, proposals, source packages, evidence), so no code path can

@@ -300,6 +300,19 @@ BEGIN
 END
 $$;
 
+-- The budgets of the member's site, as list_connection_budgets: any member may see them.
+CREATE FUNCTION querylayer_api.console_list_connection_budgets() RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object('connection_id', c.id, 'name', c.name, 'agent', a.handle,
+                                                         'budgets', querylayer.budgets_json(c.id)) ORDER BY c.created_at, c.id), '[]')
+              FROM querylayer.connections c JOIN querylayer.agents a ON a.id = c.agent_id
+             WHERE c.site_id = querylayer.ctx_site_id()
+               AND EXISTS (SELECT 1 FROM querylayer.connection_budgets b WHERE b.connection_id = c.id));
+END
+$$;
+
 CREATE FUNCTION querylayer_api.console_set_connection_budget(p_connection uuid, p_scope text, p_period text,
                                                              p_max_calls integer) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -310,5 +323,6 @@ END
 $$;
 
 GRANT EXECUTE ON FUNCTION querylayer_api.peer_failure_wait, querylayer_api.spend_peer_failure,
-    querylayer_api.authenticate_edge, querylayer_api.take_connection_token, querylayer_api.console_set_connection_budget
+    querylayer_api.authenticate_edge, querylayer_api.take_connection_token, querylayer_api.console_set_connection_budget,
+    querylayer_api.console_list_connection_budgets
     TO querylayer_edge;

@@ -6,7 +6,7 @@
 //! same 401. Also the protected-resource metadata (RFC 9728) that the 401 challenge points to,
 //! which names the edge itself as the authorization server (the `oauth` module).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Request, State};
@@ -50,6 +50,9 @@ pub struct Principal {
     /// Set when the database refused a call of an OAuth connection for a scope it lacks: the
     /// answer becomes the step-up challenge naming it (`step_up_challenge`).
     pub lacks: Arc<Mutex<Option<String>>>,
+    /// Set when a tool call was refused with a time to retry after (`rate_limited`, `busy`, …):
+    /// the answer carries it as `Retry-After` too, as every other retry-later answer does.
+    pub retry_after: Arc<AtomicU64>,
     /// The request's token of the connection's rate was taken (by the authentication that
     /// confirmed it); a tool call then takes none.
     pub took_token: bool,
@@ -63,6 +66,11 @@ impl Principal {
         if !self.confirmed {
             self.dead.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// A tool call was refused with "retry after `secs`".
+    pub fn retry_after(&self, secs: u64) {
+        self.retry_after.store(secs.max(1), Ordering::Relaxed);
     }
 
     /// The database refused a call for want of `scope`. A connection issued through OAuth gets
@@ -97,12 +105,14 @@ pub async fn require_connection(State(state): State<AppState>, mut request: Requ
     };
     let dead = Arc::new(AtomicBool::new(false));
     let lacks = Arc::new(Mutex::new(None));
+    let retry_after = Arc::new(AtomicU64::new(0));
     request.extensions_mut().insert(Principal {
         fingerprint,
         context,
         confirmed,
         dead: dead.clone(),
         lacks: lacks.clone(),
+        retry_after: retry_after.clone(),
         took_token: confirmed,
         trips,
     });
@@ -112,6 +122,13 @@ pub async fn require_connection(State(state): State<AppState>, mut request: Requ
     }
     if let Some(scope) = lacks.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return step_up_challenge(&state, &scope);
+    }
+    let mut response = response;
+    match retry_after.load(Ordering::Relaxed) {
+        0 => {}
+        secs => {
+            response.headers_mut().entry(header::RETRY_AFTER).or_insert(HeaderValue::from(secs));
+        }
     }
     response
 }

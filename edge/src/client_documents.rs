@@ -83,6 +83,7 @@ impl ClientDocuments {
             return Ok(());
         }
         let refused = |why: &str| {
+            tracing::info!(client_id, reason = why, "OAuth client metadata document refused");
             Error::invalid_argument(format!(
                 "client_id: the client metadata document could not be used: {why}"
             ))

@@ -48,7 +48,8 @@ pub struct ServeArgs {
     #[arg(long = "allowed-origin", env = "QUERYLAYER_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub allowed_origins: Vec<String>,
 
-    /// Requests per second per credential (token bucket, per edge instance); 0 turns it off.
+    /// Requests per second per connection (a token bucket in the database, shared by every edge
+    /// on it; member tokens: per edge instance); 0 turns it off.
     #[arg(long, env = "QUERYLAYER_RATE_LIMIT", default_value_t = 20.0)]
     pub rate_limit: f64,
 

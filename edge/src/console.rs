@@ -9,7 +9,7 @@ use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -29,43 +29,134 @@ use crate::state::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/api/console/me", get(me))
+        // ?state=pending&limit=50&cursor=… → {proposals: [proposal with items], next_cursor}
         .route("/api/console/proposals", get(list_proposals))
-        .route("/api/console/proposals/{id}", get(get_proposal))
+        // the proposal with its run, agent, and per item the requested revision and what is live
+        .route("/api/console/proposals/{id}", by_id("get_proposal", "p_proposal_id"))
         .route("/api/console/proposals/{id}/approve", post(approve))
         .route("/api/console/proposals/{id}/reject", post(reject))
         .route("/api/console/runs", get(list_runs))
-        .route("/api/console/runs/{id}", get(get_run))
-        .route("/api/console/runs/{id}/cancel", post(cancel_run))
-        .route("/api/console/connections", get(list_connections).post(create_connection))
-        .route("/api/console/connections/{id}/revoke", post(revoke_connection))
+        // the run with its outcome, events and artifacts
+        .route("/api/console/runs/{id}", by_id("get_run", "p_run_id"))
+        // owner, admin: finished `cancelled`, reason code `cancelled_by_member`
+        .route("/api/console/runs/{id}/cancel", with_id::<ReasonBody>("console_cancel_run", "p_run_id"))
+        // owner, admin; prefixes, never a secret
+        .route("/api/console/connections", paged("console_list_connections").post(create_connection))
+        .route(
+            "/api/console/connections/{id}/revoke",
+            with_id::<ReasonBody>("console_revoke_connection", "p_connection_id"),
+        )
         .route("/api/console/connections/{id}/budgets", post(set_connection_budget))
+        // any member: [{connection_id, name, agent, budgets}]
+        .route("/api/console/budgets", fixed("console_list_connection_budgets"))
         .route("/api/console/did-challenges", post(create_did_challenge))
         .route("/api/console/sessions", post(register_session))
         .route("/api/console/sessions/{id}/end", post(end_session))
-        .route("/api/console/conversations", get(list_conversations).post(open_conversation))
-        .route("/api/console/conversations/{id}/link", get(conversation_link))
+        // conversations with their newest turns and problem
+        .route("/api/console/conversations", paged("console_list_conversations").post(open_conversation))
+        // exactly hermes://sessions/{session_id}?profile_id={profile_id}; 422 when it no longer holds
+        .route(
+            "/api/console/conversations/{id}/link",
+            by_id("console_conversation_link", "p_conversation_id"),
+        )
         .route("/api/console/conversations/{id}/turns", get(list_turns).post(add_turn))
-        .route("/api/console/turns/{id}", get(get_turn))
-        .route("/api/console/turns/{id}/cancel", post(cancel_turn))
-        .route("/api/console/turns/{id}/reopen", post(reopen_turn))
-        .route("/api/console/plans/{id}/cancel", post(cancel_plan))
+        // the turn with its plan versions, steps, runs and proposals
+        .route("/api/console/turns/{id}", by_id("console_get_turn", "p_turn_id"))
+        // the turn cancelled, its active plan with it
+        .route("/api/console/turns/{id}/cancel", with_id::<ReasonBody>("console_cancel_turn", "p_turn_id"))
+        // a failed or cancelled turn queued again, its automatic retries restored
+        .route("/api/console/turns/{id}/reopen", with_id::<NoteBody>("console_reopen_turn", "p_turn_id"))
+        // the plan cancelled; the turn ends with it
+        .route("/api/console/plans/{id}/cancel", with_id::<ReasonBody>("console_cancel_plan", "p_plan_id"))
         .route("/api/console/form-screening", post(report_form_screening))
         .route("/api/console/evidence-reviews", get(list_evidence_reviews))
-        .route("/api/console/evidence-reviews/{id}/close", post(close_evidence_review))
-        // Reading content (the same functions agents read under content:read).
-        .route("/api/console/templates", get(list_templates))
+        // re-verification resumes
+        .route(
+            "/api/console/evidence-reviews/{id}/close",
+            with_id::<NoteBody>("console_close_evidence_review", "p_review_id"),
+        )
+        // {templates: [{name, version, fields, versions}], next_cursor}, by name
+        .route("/api/console/templates", paged("list_templates"))
         .route("/api/console/content", get(list_content).post(create_draft))
-        .route("/api/console/content/{id}", get(get_content))
+        // the item with its draft and live revisions
+        .route("/api/console/content/{id}", by_id("get_content", "p_content_id"))
         .route("/api/console/content/{id}/revisions", get(list_revisions))
-        .route("/api/console/revisions/{id}", get(get_revision))
-        // Dashboard sign-ins, invitations and website delivery.
-        .route("/api/console/member-sessions", get(list_member_sessions))
-        .route("/api/console/member-sessions/{id}/revoke", post(revoke_member_session))
+        // fields, template and version, author, run
+        .route("/api/console/revisions/{id}", by_id("get_revision", "p_revision_id"))
+        // one's own dashboard sessions (owners and admins: everyone's on the site), newest first
+        .route("/api/console/member-sessions", paged("console_list_member_sessions"))
+        // one's own; owners and admins: anyone's
+        .route(
+            "/api/console/member-sessions/{id}/revoke",
+            with_id::<ReasonBody>("console_revoke_member_session", "p_session_id"),
+        )
         .route("/api/console/invitations", post(invite_member))
-        .route("/api/console/delivery", get(list_delivery))
+        // owner, admin: {public, tokens: [...]}, prefixes, never a token
+        .route("/api/console/delivery", fixed("console_list_delivery"))
         .route("/api/console/delivery/tokens", post(create_delivery_token))
-        .route("/api/console/delivery/tokens/{id}/revoke", post(revoke_delivery_token))
+        // owner, admin
+        .route(
+            "/api/console/delivery/tokens/{id}/revoke",
+            with_id::<ReasonBody>("console_revoke_delivery_token", "p_token_id"),
+        )
         .route("/api/console/delivery/public", post(set_delivery_public))
+}
+
+// The shapes most routes share (docs/edge.md lists every route and its function): the function
+// called with nothing, with a page, with the path's id, or with the id and an optional text.
+
+/// `GET` → `function()`.
+fn fixed(function: &'static str) -> MethodRouter<AppState> {
+    get(move |State(state): State<AppState>, member: Member| async move {
+        member.answer(&state, StatusCode::OK, || Ok(Call::new(function))).await
+    })
+}
+
+/// `GET ?limit=&cursor=` → `function(p_limit, p_cursor)`: `{<items>, next_cursor}`.
+fn paged(function: &'static str) -> MethodRouter<AppState> {
+    get(
+        move |State(state): State<AppState>, member: Member, page: Result<Query<Page>, QueryRejection>| async move {
+            let call =
+                query(page).map(|p| Call::new(function).opt("p_limit", p.limit).opt("p_cursor", p.cursor));
+            member.answer(&state, StatusCode::OK, || call).await
+        },
+    )
+}
+
+/// `GET …/{id}` → `function(<id_arg> => id)`.
+fn by_id(function: &'static str, id_arg: &'static str) -> MethodRouter<AppState> {
+    get(
+        move |State(state): State<AppState>, member: Member, id: Result<Path<Uuid>, PathRejection>| async move {
+            let call = path_id(id).map(|id| Call::new(function).arg(id_arg, id));
+            member.answer(&state, StatusCode::OK, || call).await
+        },
+    )
+}
+
+/// `POST …/{id}/<verb>` with the optional body `B` (`{"reason"?}` or `{"note"?}`) →
+/// `function(<id_arg> => id, <B's argument> => its text)`.
+fn with_id<B: OptionalText>(function: &'static str, id_arg: &'static str) -> MethodRouter<AppState> {
+    post(
+        move |State(state): State<AppState>,
+              member: Member,
+              id: Result<Path<Uuid>, PathRejection>,
+              body: Bytes| async move {
+            member
+                .answer(&state, StatusCode::OK, || {
+                    let id = path_id(id)?;
+                    let body: B = optional_body(&body)?;
+                    Ok(Call::new(function).arg(id_arg, id).opt(B::ARG, body.text()))
+                })
+                .await
+        },
+    )
+}
+
+/// An optional body of one optional text (`with_id`).
+trait OptionalText: DeserializeOwned + Default + Send + 'static {
+    /// The function's argument the text goes to.
+    const ARG: &'static str;
+    fn text(self) -> Option<String>;
 }
 
 /// The presented member token, as a fingerprint (checked by the database in the request's
@@ -378,29 +469,6 @@ pub(crate) fn stale_refusal(proposal: &Value) -> Error {
     .with_hint("reject stale requests; the agent can request again with the current draft")
 }
 
-/// `GET /api/console/proposals/{id}` → the proposal with its run, agent, and for each item the
-/// requested revision (fields) and what is live now; `stale` when the content moved since.
-async fn get_proposal(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-) -> Response {
-    let call = path_id(id).map(|id| Call::new("get_proposal").arg("p_proposal_id", id));
-    member.answer(&state, StatusCode::OK, || call).await
-}
-
-/// `GET /api/console/templates?limit=100&cursor=…` → `{"templates": [{name, version, fields,
-/// versions}], "next_cursor"}`, by name.
-async fn list_templates(
-    State(state): State<AppState>,
-    member: Member,
-    page: Result<Query<Page>, QueryRejection>,
-) -> Response {
-    let call =
-        query(page).map(|p| Call::new("list_templates").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
-    member.answer(&state, StatusCode::OK, || call).await
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ContentFilter {
@@ -426,30 +494,12 @@ async fn list_content(
     member.answer(&state, StatusCode::OK, || call).await
 }
 
-/// `GET /api/console/content/{id}` → the item with its draft and live revisions (fields).
-async fn get_content(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-) -> Response {
-    let call = path_id(id).map(|id| Call::new("get_content").arg("p_content_id", id));
-    member.answer(&state, StatusCode::OK, || call).await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RevisionPage {
-    limit: Option<i32>,
-    /// The previous page's `next_cursor`.
-    cursor: Option<String>,
-}
-
 /// `GET /api/console/content/{id}/revisions?limit=&cursor=` → `{content, revisions, next_cursor}`, newest first.
 async fn list_revisions(
     State(state): State<AppState>,
     member: Member,
     id: Result<Path<Uuid>, PathRejection>,
-    page: Result<Query<RevisionPage>, QueryRejection>,
+    page: Result<Query<Page>, QueryRejection>,
 ) -> Response {
     member
         .answer(&state, StatusCode::OK, || {
@@ -461,16 +511,6 @@ async fn list_revisions(
                 .opt("p_cursor", p.cursor))
         })
         .await
-}
-
-/// `GET /api/console/revisions/{id}` → the revision: fields, template and version, author, run.
-async fn get_revision(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-) -> Response {
-    let call = path_id(id).map(|id| Call::new("get_revision").arg("p_revision_id", id));
-    member.answer(&state, StatusCode::OK, || call).await
 }
 
 #[derive(Deserialize)]
@@ -525,49 +565,6 @@ async fn list_runs(
             Ok(call)
         })
         .await
-}
-
-/// `GET /api/console/runs/{id}` → the run with its outcome, events and artifacts.
-async fn get_run(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let call = Call::new("get_run").arg("p_run_id", path_id(id)?);
-            Ok(call)
-        })
-        .await
-}
-
-/// `POST /api/console/runs/{id}/cancel` with `{"reason"?}` (owner, admin) → the run, finished as
-/// `cancelled` with reason code `cancelled_by_member`; its reasons name the member.
-async fn cancel_run(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-    body: Bytes,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let id = path_id(id)?;
-            let body: ReasonBody = optional_body(&body)?;
-            Ok(Call::new("console_cancel_run").arg("p_run_id", id).opt("p_reason", body.reason))
-        })
-        .await
-}
-
-/// `GET /api/console/connections?limit=…&cursor=…` → `{"connections": [...], "next_cursor"}`
-/// (owner, admin; never a secret).
-async fn list_connections(
-    State(state): State<AppState>,
-    member: Member,
-    page: Result<Query<Page>, QueryRejection>,
-) -> Response {
-    let call = query(page)
-        .map(|p| Call::new("console_list_connections").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
-    member.answer(&state, StatusCode::OK, || call).await
 }
 
 #[derive(Deserialize)]
@@ -630,30 +627,18 @@ async fn create_did_challenge(State(state): State<AppState>, member: Member, bod
         .await
 }
 
-/// `{"reason"?}`: the optional body of revocations and session ends.
+/// `{"reason"?}`: the optional body of revocations, cancellations and session ends.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct ReasonBody {
     reason: Option<String>,
 }
 
-/// `POST /api/console/connections/{id}/revoke` with `{"reason": …}` (owner, admin).
-async fn revoke_connection(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-    body: Bytes,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let id = path_id(id)?;
-            let body: ReasonBody = optional_body(&body)?;
-            let call = Call::new("console_revoke_connection")
-                .arg("p_connection_id", id)
-                .opt("p_reason", body.reason);
-            Ok(call)
-        })
-        .await
+impl OptionalText for ReasonBody {
+    const ARG: &'static str = "p_reason";
+    fn text(self) -> Option<String> {
+        self.reason
+    }
 }
 
 #[derive(Deserialize)]
@@ -733,18 +718,6 @@ async fn end_session(
         .await
 }
 
-/// `GET /api/console/conversations?limit=…&cursor=…` → `{"conversations": [conversation with its
-/// newest turns and problem], "next_cursor"}`.
-async fn list_conversations(
-    State(state): State<AppState>,
-    member: Member,
-    page: Result<Query<Page>, QueryRejection>,
-) -> Response {
-    let call = query(page)
-        .map(|p| Call::new("console_list_conversations").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
-    member.answer(&state, StatusCode::OK, || call).await
-}
-
 /// `GET /api/console/conversations/{id}/turns?limit=…&cursor=…` → `{"turns": [...], "next_cursor"}`,
 /// oldest first.
 async fn list_turns(
@@ -789,22 +762,6 @@ async fn open_conversation(State(state): State<AppState>, member: Member, body: 
         .await
 }
 
-/// `GET /api/console/conversations/{id}/link` → `{"conversation_id", "link"}`, the link being
-/// exactly `hermes://sessions/{session_id}?profile_id={profile_id}`; refused (422) when the
-/// profile or session no longer holds.
-async fn conversation_link(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let call = Call::new("console_conversation_link").arg("p_conversation_id", path_id(id)?);
-            Ok(call)
-        })
-        .await
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NewTurn {
@@ -828,78 +785,18 @@ async fn add_turn(
         .await
 }
 
-/// `GET /api/console/turns/{id}` → the turn with its plan versions, steps, runs and proposals.
-async fn get_turn(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let call = Call::new("console_get_turn").arg("p_turn_id", path_id(id)?);
-            Ok(call)
-        })
-        .await
-}
-
-/// `POST /api/console/turns/{id}/cancel` with `{"reason"?}` → the cancelled turn (its active
-/// plan is cancelled with it).
-async fn cancel_turn(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-    body: Bytes,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let id = path_id(id)?;
-            let body: ReasonBody = optional_body(&body)?;
-            let call = Call::new("console_cancel_turn").arg("p_turn_id", id).opt("p_reason", body.reason);
-            Ok(call)
-        })
-        .await
-}
-
+/// `{"note"?}`: the optional body of reopening a turn and closing a review.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct NoteBody {
     note: Option<String>,
 }
 
-/// `POST /api/console/turns/{id}/reopen` with `{"note"?}` → the failed or cancelled turn, queued
-/// again with its automatic retries restored.
-async fn reopen_turn(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-    body: Bytes,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let id = path_id(id)?;
-            let body: NoteBody = optional_body(&body)?;
-            let call = Call::new("console_reopen_turn").arg("p_turn_id", id).opt("p_note", body.note);
-            Ok(call)
-        })
-        .await
-}
-
-/// `POST /api/console/plans/{id}/cancel` with `{"reason"?}` → the cancelled plan; the turn ends
-/// with it (cancelled: no new plan version may start on it).
-async fn cancel_plan(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-    body: Bytes,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let id = path_id(id)?;
-            let body: ReasonBody = optional_body(&body)?;
-            let call = Call::new("console_cancel_plan").arg("p_plan_id", id).opt("p_reason", body.reason);
-            Ok(call)
-        })
-        .await
+impl OptionalText for NoteBody {
+    const ARG: &'static str = "p_note";
+    fn text(self) -> Option<String> {
+        self.note
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -952,63 +849,8 @@ async fn list_evidence_reviews(
         .await
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct CloseReviewBody {
-    note: Option<String>,
-}
-
-/// `POST /api/console/evidence-reviews/{id}/close` with `{"note"?}`: re-verification resumes.
-async fn close_evidence_review(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-    body: Bytes,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let id = path_id(id)?;
-            let body: CloseReviewBody = optional_body(&body)?;
-            let call =
-                Call::new("console_close_evidence_review").arg("p_review_id", id).opt("p_note", body.note);
-            Ok(call)
-        })
-        .await
-}
-
 // ---------------------------------------------------------------------------------------------
 // Dashboard sign-ins, invitations and website delivery (sql/175_dashboard.sql, sql/180_delivery.sql).
-
-/// `GET /api/console/member-sessions?limit=100&cursor=…` → `{"sessions": [...], "next_cursor"}`,
-/// newest first: one's own dashboard sessions (owners and admins: everyone's on the site).
-async fn list_member_sessions(
-    State(state): State<AppState>,
-    member: Member,
-    page: Result<Query<Page>, QueryRejection>,
-) -> Response {
-    let call = query(page)
-        .map(|p| Call::new("console_list_member_sessions").opt("p_limit", p.limit).opt("p_cursor", p.cursor));
-    member.answer(&state, StatusCode::OK, || call).await
-}
-
-/// `POST /api/console/member-sessions/{id}/revoke` with `{"reason"?}`: ends a dashboard session
-/// at once (one's own; owners and admins: anyone's).
-async fn revoke_member_session(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-    body: Bytes,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let id = path_id(id)?;
-            let body: ReasonBody = optional_body(&body)?;
-            Ok(Call::new("console_revoke_member_session")
-                .arg("p_session_id", id)
-                .opt("p_reason", body.reason))
-        })
-        .await
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1039,11 +881,6 @@ async fn invite_member(State(state): State<AppState>, member: Member, body: Byte
         .await
 }
 
-/// `GET /api/console/delivery` (owner, admin) → `{public, tokens: [...]}` (prefixes, never a token).
-async fn list_delivery(State(state): State<AppState>, member: Member) -> Response {
-    member.answer(&state, StatusCode::OK, || Ok(Call::new("console_list_delivery"))).await
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NewDeliveryToken {
@@ -1063,22 +900,6 @@ async fn create_delivery_token(State(state): State<AppState>, member: Member, bo
                 "now() + {}::text::interval",
                 t.expires_in,
             ))
-        })
-        .await
-}
-
-/// `POST /api/console/delivery/tokens/{id}/revoke` with `{"reason"?}` (owner, admin).
-async fn revoke_delivery_token(
-    State(state): State<AppState>,
-    member: Member,
-    id: Result<Path<Uuid>, PathRejection>,
-    body: Bytes,
-) -> Response {
-    member
-        .answer(&state, StatusCode::OK, || {
-            let id = path_id(id)?;
-            let body: ReasonBody = optional_body(&body)?;
-            Ok(Call::new("console_revoke_delivery_token").arg("p_token_id", id).opt("p_reason", body.reason))
         })
         .await
 }

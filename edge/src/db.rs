@@ -295,6 +295,14 @@ const CLOSE_TOOL_CALL: &str = "SELECT querylayer_api.close_tool_call($1, $2, $3)
 const RECORD_REFUSED_TOOL_CALL: &str = "SELECT querylayer_api.record_refused_tool_call($1, $2, $3, $4)";
 const RECORD_REPLICA_READ: &str = "SELECT querylayer_api.record_replica_read($1, $2, $3, $4, $5)";
 
+/// What became of a read sent to the standby (`Db::replica_read`).
+pub enum FromStandby {
+    /// Answered there and audited here.
+    Served(Value),
+    /// The standby could not serve it (the primary does); `unreachable`: it could not be reached.
+    Unserved { unreachable: bool },
+}
+
 /// How long a connection this edge saw authenticate counts as recently authenticated: the
 /// `/mcp` middleware then admits its tool calls without a round trip of its own (each call
 /// authenticates in its statement anyway). Discovery always authenticates.
@@ -585,8 +593,8 @@ impl Db {
     }
 
     /// A read tool on the standby `replica` when it has replayed to `floor` (edge/src/replica.rs),
-    /// then its audit row on this, the primary, before the answer is given. None: the standby
-    /// cannot serve it (behind, read-only refusal of a write, unreachable): serve it here. A
+    /// then its audit row on this, the primary, before the answer is given. `Unserved`: the
+    /// standby cannot serve it (behind, read-only refusal of a write, unreachable): serve it here. A
     /// governed refusal on the standby is the call's refusal, recorded here as every refusal.
     pub async fn replica_read(
         &self,
@@ -594,7 +602,7 @@ impl Db {
         tool: &ToolCall,
         call: &Call,
         floor: &str,
-    ) -> Result<Option<Value>, Error> {
+    ) -> Result<FromStandby, Error> {
         use tracing::Instrument;
         let read = async {
             let client = replica.client().await?;
@@ -614,7 +622,7 @@ impl Db {
             Ok(value) => value,
             Err(e) if e.cannot_serve_here() => {
                 tracing::debug!(code = e.code.as_str(), error = %e.with_cause(), "the standby cannot serve the read; the primary does");
-                return Ok(None);
+                return Ok(FromStandby::Unserved { unreachable: e.code == crate::error::Code::Unavailable });
             }
             Err(e) => {
                 self.after_refusal(tool, &Err::<(), _>(Error::clone_of(&e))).await;
@@ -636,7 +644,7 @@ impl Db {
         }
         .await;
         match recorded {
-            Ok(()) => Ok(Some(value)),
+            Ok(()) => Ok(FromStandby::Served(value)),
             Err(e) => {
                 self.after_refusal(tool, &Err::<(), _>(Error::clone_of(&e))).await;
                 Err(e)

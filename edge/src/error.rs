@@ -357,12 +357,14 @@ impl Error {
     }
 
     /// A standby could not serve a read (edge/src/replica.rs): it is behind (QLR01), refused a
-    /// write as read-only (class 25: a budget to spend), or is unreachable. The primary serves it.
+    /// write as read-only (class 25: a budget to spend), cancelled the statement for a conflict
+    /// with its replay (40001), or is unreachable. The primary serves it.
     pub fn cannot_serve_here(&self) -> bool {
         let sqlstate =
             self.detail.as_deref().and_then(|d| d.strip_prefix("SQLSTATE ")).map(|d| &d[..5.min(d.len())]);
         matches!(self.code, Code::Unavailable)
-            || matches!(sqlstate, Some("QLR01"))
+            // Behind the floor, or a statement cancelled by a conflict with the standby's replay.
+            || matches!(sqlstate, Some("QLR01" | "40001"))
             || sqlstate.is_some_and(|s| s.starts_with("25"))
     }
 

@@ -56,8 +56,12 @@ pub async fn limit_connection(State(state): State<AppState>, mut request: Reques
     if let Some(connection_id) = request.extensions().get::<Principal>().map(|p| p.context.connection_id) {
         if let Some(retry_after) = state.db.connection_held(&connection_id) {
             tracing::info!(connection_id = %connection_id, "rate limited");
+            // A dead credential gets the 401; any other refusal of the confirmation (the rate
+            // again) is this one, answered below as the request's JSON-RPC error.
             if let Err(challenge) = crate::auth::confirm(&state, request.extensions_mut(), None).await {
-                return challenge;
+                if challenge.status() == StatusCode::UNAUTHORIZED {
+                    return challenge;
+                }
             }
             return crate::body::mcp_refusal(
                 request,

@@ -20,6 +20,8 @@ use crate::db::Db;
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// Connections remembered as having written lately, before the oldest are forgotten.
 const WRITERS_KEPT: usize = 50_000;
+/// How long a standby that could not be reached is left alone before a read tries it again.
+const UNREACHABLE_PAUSE: Duration = Duration::from_secs(5);
 
 /// The standby's pool and what the edge knows of the primary's WAL.
 pub struct Replica {
@@ -29,6 +31,8 @@ pub struct Replica {
     samples: Mutex<VecDeque<(Instant, u64)>>,
     /// Connections that wrote through this edge, and when their write returned.
     writes: Mutex<HashMap<Uuid, Instant>>,
+    /// The standby could not be reached: reads go to the primary until then.
+    paused_until: Mutex<Option<Instant>>,
 }
 
 /// A WAL position as PostgreSQL prints it (`16/B374D848`).
@@ -43,7 +47,13 @@ pub fn format_lsn(lsn: u64) -> String {
 
 impl Replica {
     pub fn new(db: Db, staleness: Duration) -> Arc<Replica> {
-        Arc::new(Replica { db, staleness, samples: Mutex::default(), writes: Mutex::default() })
+        Arc::new(Replica {
+            db,
+            staleness,
+            samples: Mutex::default(),
+            writes: Mutex::default(),
+            paused_until: Mutex::default(),
+        })
     }
 
     /// Samples the primary's WAL position until `stop`.
@@ -82,9 +92,20 @@ impl Replica {
         writes.insert(connection, Instant::now());
     }
 
+    /// The standby could not be reached: no read tries it for a few seconds (a standby whose
+    /// address does not answer would otherwise cost every read the connect timeout).
+    pub fn unreachable(&self) {
+        *self.paused_until.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Instant::now() + UNREACHABLE_PAUSE);
+    }
+
     /// The WAL position the standby must have replayed to serve a read of `connection` now, or
-    /// None when no sample can vouch for it yet (the read goes to the primary).
+    /// None when no sample can vouch for it yet, or the standby was unreachable moments ago
+    /// (the read goes to the primary).
     pub fn floor(&self, connection: Option<Uuid>, now: Instant) -> Option<String> {
+        if self.paused_until.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|until| now < until) {
+            return None;
+        }
         let samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         let bound = now.checked_sub(self.staleness)?;
         // The newest sample at or before the bound: everything committed before it.
@@ -147,5 +168,17 @@ mod tests {
         r.writes.lock().unwrap().insert(c, t0 + Duration::from_millis(1300));
         assert_eq!(r.floor(Some(c), t0 + Duration::from_millis(1700)), None, "no sample after the write yet");
         assert_eq!(r.floor(Some(Uuid::new_v4()), t0 + Duration::from_millis(1700)).as_deref(), Some("0/C8"));
+    }
+
+    #[test]
+    fn an_unreachable_standby_is_left_alone_for_a_while() {
+        let r = replica(100);
+        let t0 = Instant::now();
+        r.sampled(t0, 100);
+        let later = t0 + Duration::from_millis(200);
+        assert!(r.floor(None, later).is_some());
+        r.unreachable();
+        assert_eq!(r.floor(None, Instant::now() + Duration::from_secs(1)), None);
+        assert!(r.floor(None, Instant::now() + UNREACHABLE_PAUSE + Duration::from_millis(10)).is_some());
     }
 }

@@ -7008,6 +7008,26 @@ REVOKE ALL ON FUNCTION querylayer_api.console_list_audit(timestamp with time zon
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_audit(timestamp with time zone,timestamp with time zone,text,text,integer,text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.console_list_audit(timestamp with time zone,timestamp with time zone,text,text,integer,text) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.console_list_connection_budgets()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_member(NULL::text[]);
+    RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object('connection_id', c.id, 'name', c.name, 'agent', a.handle,
+                                                         'budgets', querylayer.budgets_json(c.id)) ORDER BY c.created_at, c.id), '[]')
+              FROM querylayer.connections c JOIN querylayer.agents a ON a.id = c.agent_id
+             WHERE c.site_id = querylayer.ctx_site_id()
+               AND EXISTS (SELECT 1 FROM querylayer.connection_budgets b WHERE b.connection_id = c.id));
+END
+$function$;
+ALTER FUNCTION querylayer_api.console_list_connection_budgets() OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.console_list_connection_budgets() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_connection_budgets() TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.console_list_connection_budgets() TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.console_list_connections(p_limit integer DEFAULT 100, p_cursor text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -11099,6 +11119,13 @@ ALTER TABLE querylayer.settings ADD CONSTRAINT settings_key_check
                    'audit_retention_days', 'readiness_min_free_mb',
                    'oauth_code_ttl_seconds'));
 INSERT INTO querylayer.settings (key, value) VALUES ('oauth_code_ttl_seconds', '60') ON CONFLICT (key) DO NOTHING;
+
+-- (c) sql/upgrades/0.4.0/21-scale.sql
+
+-- Issue 21 (scale, measured): list_content reads a page of a site's items in its own order
+-- (created_at, id, newest first) from an index, so its time does not grow with the site; without
+-- it a site of 100,000 items sorted them all for every page (docs/performance.md, "Scale").
+CREATE INDEX content_items_site_created ON querylayer.content_items (site_id, created_at DESC, id DESC);
 
 -- (d) triggers, policies, privileges, owners, comments, backups and ledger forms of a fresh 0.4.0
 -- install; then what 0.3.0 had and 0.4.0 has not

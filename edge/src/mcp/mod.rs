@@ -41,7 +41,7 @@ use serde::de::DeserializeOwned;
 use crate::auth::{self, Principal};
 use crate::bulkhead::{Access, SiteLimits};
 use crate::config::HttpConfig;
-use crate::db::{parse, Answered, Call, Db, Fingerprint, ToolCall};
+use crate::db::{parse, Answered, Call, Db, Fingerprint, FromStandby, ToolCall};
 use crate::error::{Code, Error, TOOL_ERROR_META_KEY};
 use crate::limits;
 use crate::state::AppState;
@@ -339,11 +339,15 @@ impl QueryLayerMcp {
             let reads = !writes.contains(tool.tool);
             if let (true, Some(replica)) = (reads, &replica) {
                 if let Some(floor) = replica.floor(tool.connection_id, Instant::now()) {
-                    if let Some(value) = db.replica_read(&replica.db, &tool, &call, &floor).await? {
-                        if let Some(standby) = &standby {
-                            standby.store(true, Ordering::Relaxed);
+                    match db.replica_read(&replica.db, &tool, &call, &floor).await? {
+                        FromStandby::Served(value) => {
+                            if let Some(standby) = &standby {
+                                standby.store(true, Ordering::Relaxed);
+                            }
+                            return Ok((value, Answered::Now));
                         }
-                        return Ok((value, crate::db::Answered::Now));
+                        FromStandby::Unserved { unreachable: true } => replica.unreachable(),
+                        FromStandby::Unserved { unreachable: false } => {}
                     }
                 }
             }
@@ -420,6 +424,9 @@ impl QueryLayerMcp {
                     }
                     if let Some(scope) = error.required_scope() {
                         principal.lacks_scope(scope);
+                    }
+                    if let Some(secs) = error.retry_after_secs() {
+                        principal.retry_after(secs);
                     }
                 }
                 if error.status.is_server_error() {

@@ -238,6 +238,7 @@ def client_document(callback):
                                "token_endpoint_auth_method": "none"}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "max-age=600")
             self.end_headers()
             self.wfile.write(body)
@@ -265,7 +266,11 @@ def test_a_client_named_by_its_metadata_document_connects_a_new_agent_on_the_sit
     handle, password = new_member("owner", "OAuth Sites")
     other = f"oauth-{uuid.uuid4().hex[:8]}"
     harness.admin("create-site", "--organization", "demo", "--slug", other, "--name", "OAuth other site")
-    harness.admin("set-member-role", "--site", other, "--member", handle, "--role", "owner")
+    # A member signs in to each site with a password of that site: invited there too.
+    invited = harness.admin("invite-member", "--site", other, "--member", handle, "--role", "owner")
+    harness.issued(invited["token"])
+    r = same_origin_post("/invite", {"token": invited["token"], "password": password, "confirm": password})
+    assert r.status_code == 200 and "Password set" in r.text, r.text
     driver = browser()
     storage = Memory()
 
@@ -313,8 +318,8 @@ def test_a_client_named_by_its_metadata_document_connects_a_new_agent_on_the_sit
 
     context = asyncio.run(flow())
     assert storage.client.client_id == url
-    assert context["site"] == other, context
-    assert re.fullmatch(r"oauth-querylayer-cimd-test(-\d+)?", context["agent"]), context
+    assert context["site"]["slug"] == other, context
+    assert re.fullmatch(r"oauth-querylayer-cimd-test(-\d+)?", context["agent"]["handle"]), context
     assert sorted(context["scopes"]) == sorted(read_scopes), context
     assert fetched and fetched[0].startswith("querylayer-oauth/"), fetched
     assert len(fetched) == 1, "the document was fresh for its max-age: fetched once"
@@ -340,7 +345,7 @@ def code_for(client_id: str, redirect_uri: str, challenge: str, handle: str, pas
     assert page.status_code == 200, page.text
     csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
     form = {**request, "csrf_token": csrf, "decision": "allow", "agent": agent, "expires_in": "1 day"}
-    r = httpx2.post(f"{DESK}/authorize", data=[*form.items(), *(("scopes", s) for s in scopes)],
+    r = httpx2.post(f"{DESK}/authorize", data={**form, "scopes": scopes},
                     headers={"Origin": DESK, "Cookie": f"ql_session={cookie}"}, follow_redirects=False, timeout=30)
     assert r.status_code == 303, r.text
     query = urllib.parse.parse_qs(urllib.parse.urlparse(r.headers["location"]).query)
@@ -422,14 +427,14 @@ def test_the_token_endpoint_refuses_what_an_attacker_would_try_with_a_real_code(
                "code_challenge": challenge, "code_challenge_method": "S256", "resource": f"{DESK}/mcp"}
     page = httpx2.get(f"{DESK}/authorize", params=request, headers={"Cookie": f"ql_session={cookie}"}, timeout=30)
     csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
-    form = [*{**request, "csrf_token": csrf, "decision": "allow", "agent": narrow}.items(),
-            ("scopes", "site:read"), ("scopes", "content:write")]
+    form = {**request, "csrf_token": csrf, "decision": "allow", "agent": narrow,
+            "scopes": ["site:read", "content:write"]}
     r = httpx2.post(f"{DESK}/authorize", data=form, headers={"Origin": DESK, "Cookie": f"ql_session={cookie}"},
                     follow_redirects=False, timeout=30)
     assert r.status_code == 403 and "does not hold" in r.text, (r.status_code, r.text[:500])
     # The same form posted from another site: refused before anything else, no code either.
-    r = httpx2.post(f"{DESK}/authorize", data=[*{**request, "csrf_token": csrf, "decision": "allow",
-                                                 "agent": "demo-agent"}.items(), ("scopes", "site:read")],
+    r = httpx2.post(f"{DESK}/authorize", data={**request, "csrf_token": csrf, "decision": "allow",
+                                               "agent": "demo-agent", "scopes": "site:read"},
                     headers={"Origin": "http://evil.example", "Cookie": f"ql_session={cookie}"},
                     follow_redirects=False, timeout=30)
     assert r.status_code == 403 and "location" not in r.headers

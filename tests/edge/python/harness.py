@@ -115,13 +115,25 @@ class Console:
         return self.http.post(path, json=body) if body is not None else self.http.post(path)
 
 
-def raw_post(body: dict, secret: str | None = None, headers: dict | None = None, url: str = EDGE):
+def raw_post(body: dict, secret: str | None = None, headers: dict | None = None, url: str = EDGE,
+             client: httpx2.Client | None = None):
     """One raw JSON-RPC POST to /mcp (to see HTTP statuses the SDK does not surface)."""
     h = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
     if secret:
         h["authorization"] = f"Bearer {secret}"
     h.update(headers or {})
+    if client is not None:
+        return client.post(f"{url}/mcp", json=body, headers=h)
     return httpx2.post(f"{url}/mcp", json=body, headers=h, timeout=30)
+
+
+def peer(address: str) -> httpx2.Client:
+    """An HTTP client whose requests come from `address` (any address of 127.0.0.0/8 here): an
+    address of the test's own. The database keeps one failed-authentication budget (and one
+    registration limit) per address for every edge, and every other test's requests come from
+    127.0.0.1, so a test of those limits starts from a full budget only on an address of its
+    own. Each such test takes another address."""
+    return httpx2.Client(transport=httpx2.HTTPTransport(local_address=address), timeout=30)
 
 
 def operator_sql(sql: str) -> str:
@@ -149,15 +161,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def tier_flags(flags: tuple[str, ...]) -> list[str]:
+    """`flags` with this tier's large failed-authentication budget unless they set one: as the
+    tier's two instances (scripts/test-edge), since the budget of 127.0.0.1 is theirs too."""
+    return [*flags] if "--auth-failure-burst" in flags else [*flags, "--auth-failure-burst", "1000"]
+
+
 @contextlib.contextmanager
 def serve(name: str, *flags: str, database_url: str | None = None):
-    """An edge of a test's own (`querylayer serve` with `flags`), its log beside the tier's logs.
-    Yields (its URL, its log's path); stopped (SIGTERM) afterwards."""
+    """An edge of a test's own (`querylayer serve` with `flags`, `tier_flags`), its log beside
+    the tier's logs. Yields (its URL, its log's path); stopped (SIGTERM) afterwards."""
     port = free_port()
     path = pathlib.Path(SECRETS).parent / f"{name}.log"
     with open(path, "w") as log:
         proc = subprocess.Popen(
-            [BIN, "--log-format", "json", "serve", "--port", str(port), *flags],
+            [BIN, "--log-format", "json", "serve", "--port", str(port), *tier_flags(flags)],
             env={**os.environ, "DATABASE_URL": database_url or EDGE_DB_URL}, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

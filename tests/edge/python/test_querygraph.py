@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from querygraph.api_auth import governed_post, mint_envelope_header
 from querygraph.typedid import TypeDidAgent, TypeDidEnvelope
 
-from harness import (ALL_SCOPES, BIN, EDGE_DB_URL, SECRETS, admin, issued, mcp, member_token, mint, structured,
-                     superuser_sql)
+from harness import (ALL_SCOPES, BIN, EDGE_DB_URL, SECRETS, admin, issued, mcp, member_token, mint, peer, structured,
+                     superuser_sql, tier_flags)
 from querylayer_client import Key, prove_did_binding
 from querylayer_client import mint_envelope_header as mint_v2
 
@@ -60,7 +60,7 @@ def start_edge(name: str, *flags: str, rate_limit: str = "0"):
     port = free_port()
     log = open(LOGS / f"{name}.log", "w")
     proc = subprocess.Popen(
-        [BIN, "--log-format", "json", "serve", "--port", str(port), "--rate-limit", rate_limit, *flags],
+        [BIN, "--log-format", "json", "serve", "--port", str(port), "--rate-limit", rate_limit, *tier_flags(flags)],
         env={**os.environ, "DATABASE_URL": EDGE_DB_URL}, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
@@ -300,19 +300,24 @@ def test_an_address_over_its_failed_authentication_budget_waits_before_any_datab
                            "--auth-failure-rate", "0.1")
     tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     headers = {"accept": "application/json, text/event-stream", "authorization": "Bearer qlc_not_a_secret"}
+    client = peer("127.0.0.3")
     try:
-        assert [httpx2.post(f"{url}/mcp", json=tools_list, headers=headers).status_code for _ in range(3)] == [401] * 3
-        refused = httpx2.post(f"{url}/mcp", json=tools_list, headers=headers)
+        assert [client.post(f"{url}/mcp", json=tools_list, headers=headers).status_code for _ in range(3)] == [401] * 3
+        refused = client.post(f"{url}/mcp", json=tools_list, headers=headers)
         assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
         assert int(refused.headers["retry-after"]) >= 1
         # The budget is the address's, on every credential check: /v1 and the console wait too,
         # even with a valid token, until it refills.
-        assert httpx2.post(f"{url}/v1/answer", json={"question": "?"}).status_code == 429
-        console = httpx2.get(f"{url}/api/console/proposals", headers={"authorization": f"Bearer {member_token()}"})
+        assert client.post(f"{url}/v1/answer", json={"question": "?"}).status_code == 429
+        console = client.get(f"{url}/api/console/proposals", headers={"authorization": f"Bearer {member_token()}"})
         assert console.status_code == 429
         # Public endpoints are not credential checks.
-        assert httpx2.get(f"{url}/.well-known/agent-card.json").status_code == 200
+        assert client.get(f"{url}/.well-known/agent-card.json").status_code == 200
+        # Another address has a budget of its own.
+        with peer("127.0.0.4") as other:
+            assert other.post(f"{url}/mcp", json=tools_list, headers=headers).status_code == 401
     finally:
+        client.close()
         proc.terminate()
         proc.wait(timeout=20)
 

@@ -10,7 +10,7 @@ import httpx2
 import pytest
 from mcp import MCPError
 
-from harness import Console, member_token, mcp, mint, raw_post, serve, structured
+from harness import Console, member_token, mcp, mint, peer, raw_post, serve, structured
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +39,7 @@ def test_two_edges_share_one_rate_limit_per_connection():
             refused = raw_post(SITE_CONTEXT, secret, url=url)
             error = refused.json()["error"]
             assert error["code"] == RETRY_LATER and error["data"]["code"] == "rate_limited", refused.text
-            assert error["data"]["retry_after"] >= 1
+            assert error["data"]["retry_after"] >= 1 and int(refused.headers["retry-after"]) >= 1
         # Another connection has its own bucket, on both.
         other = mint()["secret"]
         assert "error" not in raw_post(SITE_CONTEXT, other, url=b).json()
@@ -48,24 +48,29 @@ def test_two_edges_share_one_rate_limit_per_connection():
 def test_two_edges_share_one_failed_authentication_budget_per_address():
     """Ten wrong secrets alternating between the instances spend the address's budget (ten, a
     failure's worth every 100 s); the next request from the address is refused with 429 on both,
-    even with a valid secret."""
-    with two_edges("--auth-failure-rate", "0.01", "--auth-failure-burst", "10") as (a, b):
+    even with a valid secret. From an address of the test's own."""
+    with two_edges("--auth-failure-rate", "0.01", "--auth-failure-burst", "10") as (a, b), \
+            peer("127.0.0.7") as client:
         for i in range(10):
-            r = raw_post(SITE_CONTEXT, f"qlc_wrong_{uuid.uuid4().hex}", url=(a, b)[i % 2])
+            r = raw_post(SITE_CONTEXT, f"qlc_wrong_{uuid.uuid4().hex}", url=(a, b)[i % 2], client=client)
             assert r.status_code == 401, (i, r.status_code, r.text)
         good = mint()["secret"]
         for url in (a, b):
-            refused = raw_post(SITE_CONTEXT, good, url=url)
+            refused = raw_post(SITE_CONTEXT, good, url=url, client=client)
             assert refused.status_code in (200, 429), refused.text
             body = refused.json()
             code = body["error"]["data"]["code"] if refused.status_code == 200 else body["error"]["code"]
             assert code == "rate_limited", refused.text
+        # The budget is the address's: the same secret from another address goes through.
+        with peer("127.0.0.8") as elsewhere:
+            for url in (a, b):
+                assert "error" not in raw_post(SITE_CONTEXT, good, url=url, client=elsewhere).json()
 
 
 async def test_a_connection_budget_set_in_the_console_refuses_the_call_past_it_on_any_edge():
     connection = mint()
     owner = Console(member_token())
-    set_budget = owner.post(f"/api/console/connections/{connection['connection_id']}/budgets",
+    set_budget = owner.post(f"/connections/{connection['connection_id']}/budgets",
                             {"scope": "runs:write", "period": "hour", "max_calls": 3})
     assert set_budget.status_code == 200, set_budget.text
     assert set_budget.json()["budgets"][0]["max_calls"] == 3
@@ -79,17 +84,27 @@ async def test_a_connection_budget_set_in_the_console_refuses_the_call_past_it_o
         assert refused.value.code == RETRY_LATER and refused.value.data["code"] == "rate_limited"
         assert 1 <= refused.value.data["retry_after"] <= 3600
         # Reads do not spend it.
-        assert structured(await client.call_tool("querylayer_site_context", {}))["site"] == "demo"
-    listed = owner.get("/api/console/connections?limit=100").json()["connections"]
+        assert structured(await client.call_tool("querylayer_site_context", {}))["site"]["slug"] == "demo"
+    listed = owner.get("/connections", limit=100).json()["connections"]
     mine = next(c for c in listed if c["connection_id"] == connection["connection_id"])
     assert [(b["scope"], b["period"], b["used"], b["max_calls"]) for b in mine["budgets"]] == \
         [("runs:write", "hour", 3, 3)], mine
+    # Any member sees the budgets (a viewer cannot list connections, nor set a budget).
+    viewer = Console(member_token(f"viewer-{uuid.uuid4().hex[:8]}", role="viewer"))
+    seen = viewer.get("/budgets")
+    assert seen.status_code == 200, seen.text
+    mine = next(c for c in seen.json() if c["connection_id"] == connection["connection_id"])
+    assert [(b["scope"], b["used"], b["max_calls"]) for b in mine["budgets"]] == [("runs:write", 3, 3)]
+    assert viewer.get("/connections").status_code == 403
+    refused = viewer.post(f"/connections/{connection['connection_id']}/budgets",
+                          {"scope": "runs:write", "period": "hour", "max_calls": 100})
+    assert refused.status_code == 403, refused.text
     # Only owners and admins set budgets, of this site's connections, with scopes of the catalogue.
-    bad = owner.post(f"/api/console/connections/{connection['connection_id']}/budgets",
+    bad = owner.post(f"/connections/{connection['connection_id']}/budgets",
                      {"scope": "runs:everything", "period": "hour", "max_calls": 3})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_argument", bad.text
     # Removed, the writes go on.
-    cleared = owner.post(f"/api/console/connections/{connection['connection_id']}/budgets",
+    cleared = owner.post(f"/connections/{connection['connection_id']}/budgets",
                          {"scope": "runs:write", "period": "hour", "max_calls": None})
     assert cleared.json()["budgets"] == []
     async with mcp(connection["secret"]) as client:

@@ -56,6 +56,13 @@ class Memory {
   codeVerifier() {
     return this.verifier;
   }
+  // What the SDK calls when the server refuses what the provider holds (a dead refresh token:
+  // "tokens"; an unknown client: "all"), before it starts the authorization again.
+  invalidateCredentials(scope) {
+    if (scope === "all" || scope === "tokens") this.saved = undefined;
+    if (scope === "all" || scope === "client") this.client = undefined;
+    if (scope === "all" || scope === "verifier") this.verifier = undefined;
+  }
 }
 
 /** One HTTP request with headers fetch would not let through (Origin, Cookie), no redirects. */
