@@ -1002,26 +1002,20 @@ fn print_fields(value: &Value, indent: &str) {
 }
 
 fn print_text(kind: CommandKind, value: &Value) {
+    use Align::{Left as L, Right as R};
     match kind {
-        CommandKind::List => {
-            let rows = value.as_array().cloned().unwrap_or_default();
-            println!(
-                "{:<36}  {:<8}  {:<16}  {:<14}  {:<25}  {:<32}  scopes",
-                "id", "state", "agent", "prefix", "expires_at", "name"
-            );
-            for r in rows {
-                println!(
-                    "{:<36}  {:<8}  {:<16}  {:<14}  {:<25}  {:<32}  {}",
-                    text(&r["connection_id"]),
-                    text(&r["state"]),
-                    text(&r["agent"]),
-                    text(&r["prefix"]),
-                    text(&r["expires_at"]),
-                    text(&r["name"]),
-                    text(&r["effective_scopes"])
-                );
-            }
-        }
+        CommandKind::List => print_table(
+            value,
+            &[
+                Column("id", "connection_id", 36, L),
+                Column("state", "state", 8, L),
+                Column("agent", "agent", 16, L),
+                Column("prefix", "prefix", 14, L),
+                Column("expires_at", "expires_at", 25, L),
+                Column("name", "name", 32, L),
+                Column("scopes", "effective_scopes", 0, L),
+            ],
+        ),
         CommandKind::Audit => {
             for r in value.as_array().cloned().unwrap_or_default() {
                 println!(
@@ -1059,58 +1053,81 @@ fn print_text(kind: CommandKind, value: &Value) {
                 print_fields(row, "");
             }
         }
-        CommandKind::Sites => {
-            println!("{:<32}  {:<36}  {:>10}  checkpoint", "site", "id", "records");
-            for r in value.as_array().cloned().unwrap_or_default() {
-                println!(
-                    "{:<32}  {:<36}  {:>10}  {}",
-                    text(&r["site"]),
-                    text(&r["site_id"]),
-                    text(&r["records"]),
-                    text(&r["checkpoint_seq"])
-                );
-            }
-        }
+        CommandKind::Sites => print_table(
+            value,
+            &[
+                Column("site", "site", 32, L),
+                Column("id", "site_id", 36, L),
+                Column("records", "records", 10, R),
+                Column("checkpoint", "checkpoint_seq", 0, L),
+            ],
+        ),
         CommandKind::Members => {
-            println!("{:<24}  {:<8}  {:<36}  display name", "handle", "role", "id");
-            for r in value["members"].as_array().cloned().unwrap_or_default() {
-                println!(
-                    "{:<24}  {:<8}  {:<36}  {}",
-                    text(&r["handle"]),
-                    text(&r["role"]),
-                    text(&r["member_id"]),
-                    text(&r["display_name"])
-                );
-            }
+            print_table(
+                &value["members"],
+                &[
+                    Column("handle", "handle", 24, L),
+                    Column("role", "role", 8, L),
+                    Column("id", "member_id", 36, L),
+                    Column("display name", "display_name", 0, L),
+                ],
+            );
             print_next_page(value);
         }
         CommandKind::Agents => {
-            println!("{:<24}  {:<8}  {:<36}  {:>6}  scopes", "handle", "kind", "id", "active");
-            for r in value["agents"].as_array().cloned().unwrap_or_default() {
-                println!(
-                    "{:<24}  {:<8}  {:<36}  {:>6}  {}",
-                    text(&r["handle"]),
-                    text(&r["kind"]),
-                    text(&r["agent_id"]),
-                    text(&r["active_connections"]),
-                    text(&r["scopes"])
-                );
-            }
+            print_table(
+                &value["agents"],
+                &[
+                    Column("handle", "handle", 24, L),
+                    Column("kind", "kind", 8, L),
+                    Column("id", "agent_id", 36, L),
+                    Column("active", "active_connections", 6, R),
+                    Column("scopes", "scopes", 0, L),
+                ],
+            );
             print_next_page(value);
         }
-        CommandKind::Limits => {
-            println!("{:<32}  {:<24}  {:>10}  argument", "table", "column", "max bytes");
-            for r in value.as_array().cloned().unwrap_or_default() {
-                println!(
-                    "{:<32}  {:<24}  {:>10}  {}",
-                    text(&r["table_name"]),
-                    text(&r["column_name"]),
-                    text(&r["max_bytes"]),
-                    text(&r["argument"])
-                );
-            }
-        }
+        CommandKind::Limits => print_table(
+            value,
+            &[
+                Column("table", "table_name", 32, L),
+                Column("column", "column_name", 24, L),
+                Column("max bytes", "max_bytes", 10, R),
+                Column("argument", "argument", 0, L),
+            ],
+        ),
         CommandKind::Other => print_fields(value, ""),
+    }
+}
+
+/// A column of a printed table: its title, the key of the row's value, its width (the last
+/// column's is not used) and its alignment.
+struct Column(&'static str, &'static str, usize, Align);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Align {
+    Left,
+    Right,
+}
+
+/// `rows` (a JSON array) as a table: the titles, then a line a row, columns two spaces apart.
+fn print_table(rows: &Value, columns: &[Column]) {
+    let line = |cell: &dyn Fn(&Column) -> String| {
+        let last = columns.len().saturating_sub(1);
+        let cells: Vec<String> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| match (i == last, c.3) {
+                (true, _) => cell(c),
+                (false, Align::Left) => format!("{:<w$}", cell(c), w = c.2),
+                (false, Align::Right) => format!("{:>w$}", cell(c), w = c.2),
+            })
+            .collect();
+        cells.join("  ")
+    };
+    println!("{}", line(&|c| c.0.to_string()));
+    for r in rows.as_array().cloned().unwrap_or_default() {
+        println!("{}", line(&|c| text(&r[c.1])));
     }
 }
 

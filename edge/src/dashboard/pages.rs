@@ -82,6 +82,22 @@ async fn show(
     }
 }
 
+/// `show` for a page of one thing the path names: a malformed id is the error page (with a way
+/// `back`), otherwise `calls` of the id.
+async fn show_id(
+    state: &AppState,
+    headers: &HeaderMap,
+    id: Result<Path<Uuid>, PathRejection>,
+    back: &str,
+    calls: impl FnOnce(Uuid) -> Vec<Call>,
+    view: impl FnOnce(&Me, Vec<Value>) -> Response,
+) -> Response {
+    match uuid_path(id) {
+        Ok(id) => show(state, headers, calls(id), back, view).await,
+        Err(e) => error_page(state, None, &e, back),
+    }
+}
+
 /// The common start of an action: same origin, a session, its CSRF token.
 fn guard<'a>(state: &AppState, headers: &HeaderMap, form: &'a Form) -> Result<(String, &'a str), Response> {
     if !same_origin(headers) {
@@ -381,11 +397,8 @@ pub async fn proposal(
     id: Result<Path<Uuid>, PathRejection>,
     params: Params,
 ) -> Response {
-    let id = match uuid_path(id) {
-        Ok(id) => id,
-        Err(e) => return error_page(&state, None, &e, "/inbox"),
-    };
-    show(&state, &headers, vec![Call::new("get_proposal").arg("p_proposal_id", id)], "/inbox", |me, mut r| {
+    let calls = |id| vec![Call::new("get_proposal").arg("p_proposal_id", id)];
+    show_id(&state, &headers, id, "/inbox", calls, |me, mut r| {
         let mut data = proposal_view(r.remove(0));
         data["title"] = json!("Proposal");
         data["flash"] = json!(flash(&params));
@@ -479,15 +492,13 @@ pub async fn content_item(
     id: Result<Path<Uuid>, PathRejection>,
     params: Params,
 ) -> Response {
-    let id = match uuid_path(id) {
-        Ok(id) => id,
-        Err(e) => return error_page(&state, None, &e, "/content"),
+    let calls = |id| {
+        vec![
+            Call::new("get_content").arg("p_content_id", id),
+            Call::new("list_revisions").arg("p_content_id", id).arg("p_limit", 50),
+        ]
     };
-    let calls = vec![
-        Call::new("get_content").arg("p_content_id", id),
-        Call::new("list_revisions").arg("p_content_id", id).arg("p_limit", 50),
-    ];
-    show(&state, &headers, calls, "/content", |me, r| {
+    show_id(&state, &headers, id, "/content", calls, |me, r| {
         let item = &r[0];
         let template = &item["template_fields"];
         page(
@@ -734,11 +745,8 @@ pub async fn run(
     id: Result<Path<Uuid>, PathRejection>,
     params: Params,
 ) -> Response {
-    let id = match uuid_path(id) {
-        Ok(id) => id,
-        Err(e) => return error_page(&state, None, &e, "/runs"),
-    };
-    show(&state, &headers, vec![Call::new("get_run").arg("p_run_id", id)], "/runs", |me, r| {
+    let calls = |id| vec![Call::new("get_run").arg("p_run_id", id)];
+    show_id(&state, &headers, id, "/runs", calls, |me, r| {
         page(
             StatusCode::OK,
             "run.html",
@@ -1060,11 +1068,8 @@ pub async fn turn(
     id: Result<Path<Uuid>, PathRejection>,
     params: Params,
 ) -> Response {
-    let id = match uuid_path(id) {
-        Ok(id) => id,
-        Err(e) => return error_page(&state, None, &e, "/console"),
-    };
-    show(&state, &headers, vec![Call::new("console_get_turn").arg("p_turn_id", id)], "/console", |me, r| {
+    let calls = |id| vec![Call::new("console_get_turn").arg("p_turn_id", id)];
+    show_id(&state, &headers, id, "/console", calls, |me, r| {
         page(
             StatusCode::OK,
             "turn.html",
