@@ -401,7 +401,8 @@ impl Credential {
     }
     fn resolver(self) -> &'static str {
         match self {
-            Credential::Connection | Credential::DidKey => RESOLVE_CONNECTION,
+            Credential::Connection | Credential::DidKey if budgets_exist() => RESOLVE_CONNECTION,
+            Credential::Connection | Credential::DidKey => RESOLVE_CONNECTION_BEFORE_BUDGETS.as_str(),
             Credential::MemberToken => "SELECT querylayer.resolve_member_token($1)",
             Credential::MemberSession => "SELECT querylayer.resolve_member_session($1)",
             Credential::Invitation => "SELECT querylayer.resolve_invitation($1)",
@@ -441,6 +442,35 @@ SELECT CASE
        END
   FROM (SELECT $1::pg_catalog.uuid AS id) x
   LEFT JOIN querylayer.connections c ON c.id = x.id";
+
+/// `RESOLVE_CONNECTION` for the objects of a release before connection budgets (0.3.0): what
+/// this library runs between a package upgrade and `ALTER EXTENSION querylayer UPDATE`.
+pub(crate) static RESOLVE_CONNECTION_BEFORE_BUDGETS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| {
+        RESOLVE_CONNECTION.replace(
+        "'has_budgets', EXISTS (SELECT 1 FROM querylayer.connection_budgets b WHERE b.connection_id = c.id),",
+        "",
+    )
+    });
+
+thread_local! {
+    /// Set once this backend has seen `querylayer.connection_budgets` (it never goes away).
+    static BUDGETS_EXIST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the installed objects have connection budgets: asked of the catalog until they do.
+fn budgets_exist() -> bool {
+    if BUDGETS_EXIST.get() {
+        return true;
+    }
+    let exists =
+        Spi::get_one::<bool>("SELECT pg_catalog.to_regclass('querylayer.connection_budgets') IS NOT NULL")
+            .ok()
+            .flatten()
+            .unwrap_or(false);
+    BUDGETS_EXIST.set(exists);
+    exists
+}
 
 /// The outcome of resolving a credential, before anything is granted.
 pub(crate) enum Resolution {

@@ -16,6 +16,15 @@ mod tests {
     }
 
     #[pg_test]
+    fn the_resolver_for_objects_before_budgets_names_no_budget_table() {
+        // Between a package upgrade and ALTER EXTENSION UPDATE the new library resolves
+        // connections against 0.3.0's objects, which have no connection_budgets.
+        let before = crate::context::RESOLVE_CONNECTION_BEFORE_BUDGETS.as_str();
+        assert!(!before.contains("connection_budgets") && !before.contains("has_budgets"), "{before}");
+        assert!(before.contains("'harness', c.harness,") && before.contains("'expires_at', c.expires_at"));
+    }
+
+    #[pg_test]
     fn a_bucket_admits_its_burst_then_says_how_long_to_wait() {
         for _ in 0..3 {
             assert_eq!(take("connection", "c1", 0.5, 3.0), 0);
