@@ -463,11 +463,20 @@ fn budgets_exist() -> bool {
     if BUDGETS_EXIST.get() {
         return true;
     }
-    let exists =
-        Spi::get_one::<bool>("SELECT pg_catalog.to_regclass('querylayer.connection_budgets') IS NOT NULL")
-            .ok()
-            .flatten()
-            .unwrap_or(false);
+    // A read-only SPI call: `Spi::get_one` would mark the transaction as writing, and a hot
+    // standby refuses to give a reader a transaction id.
+    let exists = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT pg_catalog.to_regclass('querylayer.connection_budgets') IS NOT NULL",
+                Some(1),
+                &[],
+            )
+            .and_then(|rows| rows.first().get_one::<bool>())
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(false);
     BUDGETS_EXIST.set(exists);
     exists
 }
