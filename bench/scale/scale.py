@@ -185,6 +185,29 @@ def generate() -> None:
     }))
 
 
+def summary() -> None:
+    """What `generate` prints, for a generation stopped before its end (BENCH_REUSE=1): the rows
+    written, the rates from the rows' own timestamps (the content's run began before the runs'),
+    and the top functions of the runs phase (the statistics were reset between the phases)."""
+    row = superuser("""SELECT (SELECT count(*) FROM querylayer.sites),
+        (SELECT count(*) FROM querylayer.content_revisions),
+        (SELECT extract(epoch FROM max(created_at) - min(created_at)) FROM querylayer.content_revisions),
+        (SELECT count(*) FROM querylayer.runs WHERE run_type = 'scale.run'),
+        (SELECT extract(epoch FROM max(started_at) - min(started_at)) FROM querylayer.runs WHERE run_type = 'scale.run')""")
+    sites, revisions, revisions_seconds, runs, runs_seconds = row.split("|")
+    revisions_seconds, runs_seconds = float(revisions_seconds), float(runs_seconds)
+    print(json.dumps({
+        "sites": int(sites), "sites_seconds": None,
+        "revisions": int(revisions), "revisions_seconds": round(revisions_seconds, 1),
+        "revisions_per_sec": round(int(revisions) / revisions_seconds),
+        "runs": int(runs), "run_events": 2 * int(runs), "runs_seconds": round(runs_seconds, 1),
+        "run_events_per_sec": round(2 * int(runs) / runs_seconds),
+        "workers": WORKERS, "stopped_early": True,
+        "content_top_functions": [],
+        "runs_top_functions": function_times(),
+    }))
+
+
 def sizes() -> dict:
     """Rows and bytes (table, indexes, TOAST; partitions folded into their parent) per table."""
     rows = superuser("""
@@ -261,4 +284,4 @@ def measure() -> None:
 
 
 if __name__ == "__main__":
-    {"generate": generate, "measure": measure}[sys.argv[1]]()
+    {"generate": generate, "summary": summary, "measure": measure}[sys.argv[1]]()
