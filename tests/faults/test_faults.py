@@ -104,7 +104,14 @@ def test_one_sites_history_held_30_s_stalls_no_write_and_everything_is_sealed_af
             holder = sql_background(
                 "BEGIN; SELECT 1 FROM querylayer.ledger_heads h JOIN querylayer.sites s ON s.id = h.site_id "
                 "WHERE s.slug = 'demo' FOR NO KEY UPDATE OF h; SELECT pg_sleep(30); COMMIT;")
-            await asyncio.sleep(0.5)
+            # Held once the holder sleeps (its lock is taken before): on a loaded machine its
+            # connection can take longer than any fixed pause.
+            deadline = time.monotonic() + 20
+            while await asyncio.to_thread(
+                    sql, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+                         "AND query LIKE '%FOR NO KEY UPDATE OF h%'") != "1":
+                assert time.monotonic() < deadline and holder.poll() is None, "the holder never took the head"
+                await asyncio.sleep(0.1)
             started = time.monotonic()
             # A seal that must happen now waits at most the lock timeout, then says busy.
             t0 = time.monotonic()
