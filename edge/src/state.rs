@@ -15,10 +15,15 @@ use crate::health::Readiness;
 use crate::rate::{Holds, RateLimiter, SharedLimits};
 use crate::replica::Replica;
 
-/// Everything a request may use. Cloned per request; holds no per-client state beyond the
-/// rate limiter's buckets and the sites' permits.
+/// Everything a request may use. Cloned per request (every middleware layer clones its state):
+/// one reference count, the parts behind it shared. Holds no per-client state beyond the rate
+/// limiter's buckets and the sites' permits.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The parts of the state (`AppState` dereferences to them).
+#[derive(Clone)]
+pub struct Shared {
     pub db: Db,
     pub config: Arc<HttpConfig>,
     /// Rate limits of member tokens, dashboard sessions and delivery tokens (per edge).
@@ -48,7 +53,7 @@ impl AppState {
             Arc::new(SiteLimits::new(0, Some(config.site_reads), Some(config.site_writes), config.site_wait));
         let readiness = Readiness::new(config.readiness.clone(), config.readiness_tls.clone());
         let client_documents = Arc::new(ClientDocuments::new(&config.client_documents)?);
-        Ok(AppState {
+        Ok(AppState(Arc::new(Shared {
             db,
             config: Arc::new(config),
             limiter,
@@ -57,13 +62,21 @@ impl AppState {
             readiness,
             client_documents,
             replica: None,
-        })
+        })))
     }
 
     /// Serves read tools from `replica` when it is fresh enough (`serve --read-database-url`).
     pub fn with_replica(mut self, replica: Arc<Replica>) -> Self {
-        self.replica = Some(replica);
+        Arc::make_mut(&mut self.0).replica = Some(replica);
         self
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
     }
 }
 

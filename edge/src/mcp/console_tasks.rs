@@ -237,16 +237,7 @@ impl QueryLayerMcp {
     /// profile or session no longer holds are failed closed and listed under `closed`. With
     /// turn_id (and session_id): the next dependency-ready step of that turn's plan, or why
     /// there is none. Needs runs:write.
-    #[tool(
-        name = "querylayer_claim_console_task",
-        annotations(
-            title = "Claim a console task",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_claim_console_task")]
     async fn claim_console_task(
         &self,
         Parameters(p): Parameters<ClaimConsoleTaskParams>,
@@ -262,16 +253,7 @@ impl QueryLayerMcp {
     /// The server assigns each step's risk from its operation and answers with the first step
     /// to run. Proposal-producing steps wait for a member's decision; a plan never publishes by
     /// itself. Needs runs:write.
-    #[tool(
-        name = "querylayer_create_task_plan",
-        annotations(
-            title = "Create a task plan",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_create_task_plan")]
     async fn create_task_plan(
         &self,
         Parameters(p): Parameters<CreateTaskPlanParams>,
@@ -292,16 +274,7 @@ impl QueryLayerMcp {
     /// never start) and receive the next step. A report whose session ended or whose binding
     /// went is refused. Without step_id: complete the claimed turn, referencing the runs and
     /// proposals it produced. Needs runs:write.
-    #[tool(
-        name = "querylayer_complete_console_task",
-        annotations(
-            title = "Complete a console task",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_complete_console_task")]
     async fn complete_console_task(
         &self,
         Parameters(p): Parameters<CompleteConsoleTaskParams>,

@@ -92,16 +92,7 @@ pub struct Draft {
 impl QueryLayerMcp {
     /// List the site's content items with their draft and live revision pointers, newest
     /// first, a page at a time (`limit`, `cursor`). Needs content:read.
-    #[tool(
-        name = "querylayer_list_content",
-        annotations(
-            title = "List content",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_content")]
     async fn list_content(
         &self,
         Parameters(p): Parameters<ListContentParams>,
@@ -118,16 +109,7 @@ impl QueryLayerMcp {
     /// revision of an existing item (content_id). Revisions are immutable and attributed to
     /// this agent, connection and run. A draft never publishes; use
     /// querylayer_request_publish_approval. Needs content:write.
-    #[tool(
-        name = "querylayer_create_draft",
-        annotations(
-            title = "Create a draft",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_create_draft")]
     async fn create_draft(
         &self,
         Parameters(p): Parameters<CreateDraftParams>,

@@ -184,16 +184,7 @@ impl QueryLayerMcp {
     /// (pillar or supporting), by slug, a page at a time (`limit`, `cursor`). Agents never change
     /// the map directly; propose changes with querylayer_propose_topical_strategy_opportunities
     /// or querylayer_create_proposal (topical_map). Needs topical-map:read.
-    #[tool(
-        name = "querylayer_list_topical_map",
-        annotations(
-            title = "List the topical map",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_topical_map")]
     async fn list_topical_map(
         &self,
         Parameters(p): Parameters<ListTopicalMapParams>,
@@ -207,16 +198,7 @@ impl QueryLayerMcp {
     /// import batch, time) and reconciliation state against the map. They are planning inputs;
     /// their signals are the source's estimates, never measured search performance. Needs
     /// topical-map:read.
-    #[tool(
-        name = "querylayer_list_topical_strategy_opportunities",
-        annotations(
-            title = "List topical strategy opportunities",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_topical_strategy_opportunities")]
     async fn list_topical_strategy_opportunities(
         &self,
         Parameters(p): Parameters<ListOpportunitiesParams>,
@@ -232,16 +214,7 @@ impl QueryLayerMcp {
     /// Turn selected strategy opportunities into one typed topical_map proposal (new topics and
     /// planned pages). Nothing changes until a member approves; an approval of planned pages
     /// commissions exactly one content brief. Needs topical-map:write.
-    #[tool(
-        name = "querylayer_propose_topical_strategy_opportunities",
-        annotations(
-            title = "Propose strategy opportunities",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_propose_topical_strategy_opportunities")]
     async fn propose_topical_strategy_opportunities(
         &self,
         Parameters(p): Parameters<ProposeOpportunitiesParams>,
@@ -256,16 +229,7 @@ impl QueryLayerMcp {
 
     /// List the site's immutable content briefs, newest first, a page at a time (`limit`,
     /// `cursor`): the planned pages a member's approval commissioned. Needs content:read.
-    #[tool(
-        name = "querylayer_list_content_briefs",
-        annotations(
-            title = "List content briefs",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_content_briefs")]
     async fn list_content_briefs(
         &self,
         Parameters(p): Parameters<ListBriefsParams>,
@@ -279,16 +243,7 @@ impl QueryLayerMcp {
     /// connection: a card cites only its own work) as an inert, attributable create_content or
     /// revision proposal card. It cannot publish: only a member's approval of a publish request
     /// can. Needs content:write.
-    #[tool(
-        name = "querylayer_propose_content_brief_draft",
-        annotations(
-            title = "Propose a draft for a brief",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_propose_content_brief_draft")]
     async fn propose_content_brief_draft(
         &self,
         Parameters(p): Parameters<ProposeBriefDraftParams>,

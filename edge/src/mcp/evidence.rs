@@ -161,16 +161,7 @@ impl QueryLayerMcp {
     /// Attach evidence (source URL, quoted span, retrieval time, SHA-256 of the source) to a
     /// claim that a draft revision states, inside an open run. The evidence is immutable and
     /// gets scheduled re-verification. Needs content:write.
-    #[tool(
-        name = "querylayer_record_claim_evidence",
-        annotations(
-            title = "Record claim evidence",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_record_claim_evidence")]
     async fn record_claim_evidence(
         &self,
         Parameters(p): Parameters<RecordEvidenceParams>,
@@ -190,16 +181,7 @@ impl QueryLayerMcp {
     /// List the site's claim evidence (claim, source URL, quoted span, retrieval time, hash),
     /// optionally for one content item or revision, oldest first, a page at a time (`limit`,
     /// `cursor`). Needs content:read.
-    #[tool(
-        name = "querylayer_list_evidence",
-        annotations(
-            title = "List evidence",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_evidence")]
     async fn list_evidence(
         &self,
         Parameters(p): Parameters<ListEvidenceParams>,
@@ -216,16 +198,7 @@ impl QueryLayerMcp {
     /// Read the re-verification state of the site's evidence: target, due job, the newest
     /// attempt's status and any open human review, a bounded page at a time (`limit`,
     /// `cursor`). Never observed bodies, excerpts or reviewer notes. Needs content:read.
-    #[tool(
-        name = "querylayer_list_evidence_reverification",
-        annotations(
-            title = "List evidence re-verification",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_evidence_reverification")]
     async fn list_evidence_reverification(
         &self,
         Parameters(p): Parameters<ListReverificationParams>,

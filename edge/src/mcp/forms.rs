@@ -53,16 +53,7 @@ impl QueryLayerMcp {
     /// review) and reason. Aggregates only: never a submission, contact detail or signal.
     /// Rejected totals follow the bounded retention window of raw rejected events (from
     /// `rejected_since` on); the purge changes no count. Needs site:read.
-    #[tool(
-        name = "querylayer_form_screening_metrics",
-        annotations(
-            title = "Form screening metrics",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_form_screening_metrics")]
     async fn form_screening_metrics(
         &self,
         Parameters(p): Parameters<FormMetricsParams>,

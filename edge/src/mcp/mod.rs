@@ -166,6 +166,12 @@ impl QueryLayerMcp {
             + Self::evidence_router()
             + Self::forms_router()
             + Self::semantics_router();
+        let mut tools = tools;
+        for route in tools.map.values_mut() {
+            if let Some(entry) = registry::entry(&route.attr.name) {
+                route.attr.annotations = Some(entry.annotations());
+            }
+        }
         let writes = registry::TOOLS.iter().filter(|t| !t.read_only).map(|t| t.name.to_string()).collect();
         QueryLayerMcp {
             db,
@@ -822,8 +828,10 @@ mod tests {
             let a = tool.annotations.as_ref().unwrap_or_else(|| panic!("{} lacks annotations", tool.name));
             let read_only = registry::entry(&tool.name).expect("a registry entry").read_only;
             assert_eq!(a.read_only_hint, Some(read_only), "{}", tool.name);
+            assert_eq!(a.idempotent_hint, Some(read_only), "{}", tool.name);
             assert_eq!(a.destructive_hint, Some(false), "{}", tool.name);
             assert_eq!(a.open_world_hint, Some(false), "{}", tool.name);
+            assert!(a.title.as_ref().is_some_and(|t| !t.is_empty()), "{} needs a title", tool.name);
             assert!(
                 tool.description.as_ref().is_some_and(|d| d.len() > 40),
                 "{} needs a description",

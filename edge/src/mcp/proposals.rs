@@ -153,16 +153,7 @@ impl QueryLayerMcp {
     /// Propose a typed change for a human to approve or reject (create_content, revision,
     /// internal_link, topical_map, publish_lifecycle, content_lifecycle). The server assigns
     /// the risk; agents never decide. Needs the type's scope.
-    #[tool(
-        name = "querylayer_create_proposal",
-        annotations(
-            title = "Create a proposal",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_create_proposal")]
     async fn create_proposal(
         &self,
         Parameters(p): Parameters<CreateProposalParams>,
@@ -178,16 +169,7 @@ impl QueryLayerMcp {
 
     /// List the site's proposals with their items, decision and execution, newest first, a
     /// page at a time (`limit`, `cursor`). Needs content:read.
-    #[tool(
-        name = "querylayer_list_proposals",
-        annotations(
-            title = "List proposals",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_proposals")]
     async fn list_proposals(
         &self,
         Parameters(p): Parameters<ListProposalsParams>,
@@ -203,16 +185,7 @@ impl QueryLayerMcp {
     /// Ask a human to approve publishing (the exact current draft revision) or unpublishing
     /// content items. Creates a high-risk publish_lifecycle proposal; nothing goes live until
     /// a member approves it. Needs publish:request.
-    #[tool(
-        name = "querylayer_request_publish_approval",
-        annotations(
-            title = "Request publish approval",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_request_publish_approval")]
     async fn request_publish_approval(
         &self,
         Parameters(p): Parameters<RequestPublishApprovalParams>,

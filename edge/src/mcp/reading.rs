@@ -137,16 +137,7 @@ pub struct TemplateList {
 impl QueryLayerMcp {
     /// Read one revision: its fields, the template and version it satisfied, its author (agent,
     /// connection and run, or member), and whether it is the draft or live. Needs content:read.
-    #[tool(
-        name = "querylayer_get_revision",
-        annotations(
-            title = "Read a revision",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_get_revision")]
     async fn get_revision(
         &self,
         Parameters(p): Parameters<GetRevisionParams>,
@@ -158,16 +149,7 @@ impl QueryLayerMcp {
 
     /// List an item's revisions, newest first, with authors and which is draft or live; page
     /// with `cursor`. Read a revision's fields with querylayer_get_revision. Needs content:read.
-    #[tool(
-        name = "querylayer_list_revisions",
-        annotations(
-            title = "List an item's revisions",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_revisions")]
     async fn list_revisions(
         &self,
         Parameters(p): Parameters<ListRevisionsParams>,
@@ -182,16 +164,7 @@ impl QueryLayerMcp {
 
     /// List the site's templates with their fields (name, type, required, max_length): the
     /// contract every draft must satisfy. Needs content:read.
-    #[tool(
-        name = "querylayer_list_templates",
-        annotations(
-            title = "List templates",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_templates")]
     async fn list_templates(
         &self,
         Parameters(p): Parameters<ListTemplatesParams>,

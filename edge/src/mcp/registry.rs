@@ -12,6 +12,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct ToolEntry {
     pub name: &'static str,
+    /// The human-readable title of its annotations.
+    pub title: &'static str,
     pub scopes: &'static [&'static str],
     pub read_only: bool,
     pub required: &'static [&'static str],
@@ -23,13 +25,27 @@ pub struct ToolEntry {
 
 const fn tool(
     name: &'static str,
+    title: &'static str,
     scopes: &'static [&'static str],
     read_only: bool,
     required: &'static [&'static str],
     function: &'static str,
     purpose: &'static str,
 ) -> ToolEntry {
-    ToolEntry { name, scopes, read_only, required, function, purpose }
+    ToolEntry { name, title, scopes, read_only, required, function, purpose }
+}
+
+impl ToolEntry {
+    /// The tool's annotations (MCP `ToolAnnotations`), all derived from the entry: its title; a
+    /// read-only tool is idempotent, a writing one is not; no tool destroys anything (history is
+    /// append-only) or reaches outside the site.
+    pub fn annotations(&self) -> rmcp::model::ToolAnnotations {
+        rmcp::model::ToolAnnotations::with_title(self.title)
+            .read_only(self.read_only)
+            .destructive(false)
+            .idempotent(self.read_only)
+            .open_world(false)
+    }
 }
 
 const READ: bool = true;
@@ -39,6 +55,7 @@ const WRITE: bool = false;
 pub const TOOLS: &[ToolEntry] = &[
     tool(
         "querylayer_site_context",
+        "Site context",
         &["site:read"],
         READ,
         &[],
@@ -47,6 +64,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_content",
+        "List content",
         &["content:read"],
         READ,
         &[],
@@ -56,6 +74,7 @@ pub const TOOLS: &[ToolEntry] = &[
     // Reading content (revisions, history, templates).
     tool(
         "querylayer_get_revision",
+        "Read a revision",
         &["content:read"],
         READ,
         &["revision_id"],
@@ -64,6 +83,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_revisions",
+        "List an item's revisions",
         &["content:read"],
         READ,
         &["content_id"],
@@ -72,6 +92,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_templates",
+        "List templates",
         &["content:read"],
         READ,
         &[],
@@ -80,6 +101,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_create_draft",
+        "Create a draft",
         &["content:write"],
         WRITE,
         &["fields", "run_id"],
@@ -88,6 +110,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_begin_run",
+        "Begin a run",
         &["runs:write"],
         WRITE,
         &["run_type"],
@@ -96,6 +119,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_record_artifact",
+        "Record an artifact",
         &["runs:write"],
         WRITE,
         &["key", "run_id", "value"],
@@ -104,6 +128,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_finish_run",
+        "Finish a run",
         &["runs:write"],
         WRITE,
         &["outcome", "run_id"],
@@ -112,6 +137,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_runs",
+        "List runs",
         &["runs:read"],
         READ,
         &[],
@@ -120,6 +146,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_proposals",
+        "List proposals",
         &["content:read"],
         READ,
         &[],
@@ -128,6 +155,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_create_proposal",
+        "Create a proposal",
         &["content:write", "topical-map:write", "publish:request"],
         WRITE,
         &["payload", "run_id", "type"],
@@ -136,6 +164,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_request_publish_approval",
+        "Request publish approval",
         &["publish:request"],
         WRITE,
         &["items", "run_id"],
@@ -145,6 +174,7 @@ pub const TOOLS: &[ToolEntry] = &[
     // The Agent Console (docs/console.md).
     tool(
         "querylayer_claim_console_task",
+        "Claim a console task",
         &["runs:write"],
         WRITE,
         &[],
@@ -153,6 +183,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_create_task_plan",
+        "Create a task plan",
         &["runs:write"],
         WRITE,
         &["goal", "session_id", "steps", "turn_id"],
@@ -161,6 +192,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_complete_console_task",
+        "Complete a console task",
         &["runs:write"],
         WRITE,
         &["outcome", "turn_id"],
@@ -170,6 +202,7 @@ pub const TOOLS: &[ToolEntry] = &[
     // Editorial planning.
     tool(
         "querylayer_list_topical_map",
+        "List the topical map",
         &["topical-map:read"],
         READ,
         &[],
@@ -178,6 +211,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_topical_strategy_opportunities",
+        "List topical strategy opportunities",
         &["topical-map:read"],
         READ,
         &[],
@@ -186,6 +220,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_propose_topical_strategy_opportunities",
+        "Propose strategy opportunities",
         &["topical-map:write"],
         WRITE,
         &["opportunity_ids", "run_id"],
@@ -194,6 +229,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_content_briefs",
+        "List content briefs",
         &["content:read"],
         READ,
         &[],
@@ -202,6 +238,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_propose_content_brief_draft",
+        "Propose a draft for a brief",
         &["content:write"],
         WRITE,
         &["brief_id", "content_id", "revision_id", "run_id"],
@@ -210,6 +247,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_stage_content_source_package",
+        "Stage a source package",
         &["content:write"],
         WRITE,
         &["name", "records", "run_id"],
@@ -218,6 +256,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_content_source_packages",
+        "List source packages",
         &["content:read"],
         READ,
         &[],
@@ -226,6 +265,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_content_source_records",
+        "List source records",
         &["content:read"],
         READ,
         &["package_id"],
@@ -234,6 +274,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_propose_content_source_draft",
+        "Propose a draft from sources",
         &["content:write"],
         WRITE,
         &["content_id", "package_id", "record_ids", "revision_id", "run_id"],
@@ -242,6 +283,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_record_claim_evidence",
+        "Record claim evidence",
         &["content:write"],
         WRITE,
         &["claim", "quoted_span", "retrieved_at", "revision_id", "run_id", "source_sha256", "source_url"],
@@ -250,6 +292,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_evidence",
+        "List evidence",
         &["content:read"],
         READ,
         &[],
@@ -258,6 +301,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_list_evidence_reverification",
+        "List evidence re-verification",
         &["content:read"],
         READ,
         &[],
@@ -266,6 +310,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "querylayer_form_screening_metrics",
+        "Form screening metrics",
         &["site:read"],
         READ,
         &[],
@@ -275,6 +320,7 @@ pub const TOOLS: &[ToolEntry] = &[
     // QueryGraph's semantic surface (the plane of sql/140_semantics.sql).
     tool(
         "search_semantic_model",
+        "Search the semantic model",
         &["content:read"],
         READ,
         &["text"],
@@ -283,6 +329,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "resolve_metric",
+        "Resolve a metric",
         &["content:read"],
         READ,
         &["name"],
@@ -291,6 +338,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "check_access",
+        "Check access",
         &["content:read"],
         WRITE,
         &["resource"],
@@ -299,6 +347,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "build_navigator_bundle",
+        "Navigator bundle",
         &["content:read"],
         WRITE,
         &[],
@@ -307,6 +356,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "answer_question",
+        "Answer a question (governed)",
         &["content:read"],
         WRITE,
         &["question"],
@@ -315,6 +365,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "run_qglake_story",
+        "Run the resilience-desk story",
         &["content:read"],
         WRITE,
         &[],
@@ -323,6 +374,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "import_semantic_model",
+        "Import a semantic model",
         &["content:write"],
         WRITE,
         &["document"],
@@ -331,6 +383,7 @@ pub const TOOLS: &[ToolEntry] = &[
     ),
     tool(
         "verify_envelope",
+        "Verify an envelope",
         &["site:read"],
         READ,
         &["envelope"],

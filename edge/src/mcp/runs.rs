@@ -166,16 +166,7 @@ impl QueryLayerMcp {
     /// Begin a governed run: a stable run type, structured input, the artifact keys that must
     /// exist before it can complete, and the conditions that define done. Every material
     /// workflow starts here. Needs runs:write.
-    #[tool(
-        name = "querylayer_begin_run",
-        annotations(
-            title = "Begin a run",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_begin_run")]
     async fn begin_run(
         &self,
         Parameters(p): Parameters<BeginRunParams>,
@@ -192,16 +183,7 @@ impl QueryLayerMcp {
 
     /// Record one material result of an open run as an immutable artifact under a key (one
     /// value per key). Needs runs:write.
-    #[tool(
-        name = "querylayer_record_artifact",
-        annotations(
-            title = "Record an artifact",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_record_artifact")]
     async fn record_artifact(
         &self,
         Parameters(p): Parameters<RecordArtifactParams>,
@@ -218,16 +200,7 @@ impl QueryLayerMcp {
     /// Finish an open run with one terminal outcome. A run finished as completed while a
     /// required output is missing is stored as blocked (reason missing_required_outputs); a
     /// finished run accepts nothing more. Needs runs:write.
-    #[tool(
-        name = "querylayer_finish_run",
-        annotations(
-            title = "Finish a run",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_finish_run")]
     async fn finish_run(
         &self,
         Parameters(p): Parameters<FinishRunParams>,
@@ -243,16 +216,7 @@ impl QueryLayerMcp {
 
     /// List the site's runs, newest first, of every agent or of one (`agent`), open or by the
     /// outcome they finished with (`status`); page with `cursor`. Needs runs:read.
-    #[tool(
-        name = "querylayer_list_runs",
-        annotations(
-            title = "List runs",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_runs")]
     async fn list_runs(
         &self,
         Parameters(p): Parameters<ListRunsParams>,

@@ -260,16 +260,7 @@ fn as_text(value: Value) -> String {
 impl QueryLayerMcp {
     /// Search the site's current semantic model (OSI) by names, synonyms, descriptions and
     /// ai_context; results are ranked deterministically.
-    #[tool(
-        name = "search_semantic_model",
-        annotations(
-            title = "Search the semantic model",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "search_semantic_model")]
     async fn search_semantic_model(
         &self,
         Parameters(p): Parameters<SearchParams>,
@@ -280,16 +271,7 @@ impl QueryLayerMcp {
 
     /// Resolve a metric to its SQL expression for a dialect, with fallback (requested →
     /// ANSI_SQL → first listed); says which dialect was used.
-    #[tool(
-        name = "resolve_metric",
-        annotations(
-            title = "Resolve a metric",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "resolve_metric")]
     async fn resolve_metric(
         &self,
         Parameters(p): Parameters<ResolveMetricParams>,
@@ -301,16 +283,7 @@ impl QueryLayerMcp {
     /// Ask whether this connection's agent may act on a resource: RBAC AND ODRL (action
     /// hierarchy, purpose constraints, conflict strategies). A denial is an answer, not an
     /// error; every decision is recorded as an append-only receipt.
-    #[tool(
-        name = "check_access",
-        annotations(
-            title = "Check access",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "check_access")]
     async fn check_access(
         &self,
         Parameters(p): Parameters<CheckAccessParams>,
@@ -329,16 +302,7 @@ impl QueryLayerMcp {
 
     /// Build the governed view of the semantic model this agent may navigate: every dataset,
     /// field and metric with its access decision (receipts recorded).
-    #[tool(
-        name = "build_navigator_bundle",
-        annotations(
-            title = "Navigator bundle",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "build_navigator_bundle")]
     async fn build_navigator_bundle(
         &self,
         Parameters(p): Parameters<BundleParams>,
@@ -353,16 +317,7 @@ impl QueryLayerMcp {
 
     /// Import an OSI semantic model (JSON or YAML) as the site's new current version; an
     /// invalid document is refused with errors naming each offending path.
-    #[tool(
-        name = "import_semantic_model",
-        annotations(
-            title = "Import a semantic model",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "import_semantic_model")]
     async fn import_semantic_model(
         &self,
         Parameters(p): Parameters<ImportModelParams>,
@@ -381,16 +336,7 @@ impl QueryLayerMcp {
     /// dataset (denied sources are never planned or touched), plan SQL over allowed sources,
     /// synthesize, and return the answer in a signed envelope with its OpenLineage event and
     /// attestation.
-    #[tool(
-        name = "answer_question",
-        annotations(
-            title = "Answer a question (governed)",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "answer_question")]
     async fn answer_question(
         &self,
         Parameters(p): Parameters<AnswerParams>,
@@ -406,16 +352,7 @@ impl QueryLayerMcp {
     /// Run the resilience-desk story: the specialist roster, each a registered agent gated by
     /// the site's rights (the restricted broker is denied), with one receipt, one COMPLETE
     /// OpenLineage event and one attestation per specialist.
-    #[tool(
-        name = "run_qglake_story",
-        annotations(
-            title = "Run the resilience-desk story",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "run_qglake_story")]
     async fn run_qglake_story(
         &self,
         Parameters(p): Parameters<StoryParams>,
@@ -426,16 +363,7 @@ impl QueryLayerMcp {
 
     /// Verify a TypeDID envelope on its own: its payload hash and its Ed25519 signature against
     /// its own did:key verification method. Grants nothing.
-    #[tool(
-        name = "verify_envelope",
-        annotations(
-            title = "Verify an envelope",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "verify_envelope")]
     async fn verify_envelope(
         &self,
         Parameters(p): Parameters<VerifyEnvelopeParams>,

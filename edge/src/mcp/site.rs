@@ -63,16 +63,7 @@ pub struct SiteContext {
 impl QueryLayerMcp {
     /// Describe the organization, site, agent and connection this session acts as, and the
     /// scopes in force now. Call it first to learn what you may do.
-    #[tool(
-        name = "querylayer_site_context",
-        annotations(
-            title = "Site context",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_site_context")]
     async fn site_context(
         &self,
         Parameters(_): Parameters<SiteContextParams>,

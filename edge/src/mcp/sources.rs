@@ -163,16 +163,7 @@ impl QueryLayerMcp {
     /// record and per package (an identical resubmission is recognised, not stored twice) and
     /// deterministic validation; invalid records are kept, with their problems, for a human.
     /// Staging creates no content item, revision, proposal or publishing job. Needs content:write.
-    #[tool(
-        name = "querylayer_stage_content_source_package",
-        annotations(
-            title = "Stage a source package",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_stage_content_source_package")]
     async fn stage_content_source_package(
         &self,
         Parameters(p): Parameters<StagePackageParams>,
@@ -188,16 +179,7 @@ impl QueryLayerMcp {
 
     /// List the site's staged source packages, newest first, with checksums, counts and
     /// warnings, a page at a time (`limit`, `cursor`). Needs content:read.
-    #[tool(
-        name = "querylayer_list_content_source_packages",
-        annotations(
-            title = "List source packages",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_content_source_packages")]
     async fn list_content_source_packages(
         &self,
         Parameters(p): Parameters<ListPackagesParams>,
@@ -211,16 +193,7 @@ impl QueryLayerMcp {
     /// List a staged package's records as submitted, with their hashes and validation (valid
     /// or invalid with problems), in staged order, a page at a time (`limit`, `cursor`). Needs
     /// content:read.
-    #[tool(
-        name = "querylayer_list_content_source_records",
-        annotations(
-            title = "List source records",
-            read_only_hint = true,
-            destructive_hint = false,
-            idempotent_hint = true,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_list_content_source_records")]
     async fn list_content_source_records(
         &self,
         Parameters(p): Parameters<ListRecordsParams>,
@@ -237,16 +210,7 @@ impl QueryLayerMcp {
     /// Turn valid staged records, and the draft revision written from them, into an inert
     /// create_content or revision proposal for a member to decide. It cannot publish. Needs
     /// content:write.
-    #[tool(
-        name = "querylayer_propose_content_source_draft",
-        annotations(
-            title = "Propose a draft from sources",
-            read_only_hint = false,
-            destructive_hint = false,
-            idempotent_hint = false,
-            open_world_hint = false
-        )
-    )]
+    #[tool(name = "querylayer_propose_content_source_draft")]
     async fn propose_content_source_draft(
         &self,
         Parameters(p): Parameters<ProposeSourceDraftParams>,
