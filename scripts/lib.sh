@@ -111,6 +111,10 @@ install_extension() {
     (cd "$ROOT/extension" && cargo pgrx install "${profile[@]}" --pg-config "$PG_CONFIG" >/dev/null)
 }
 
+# The demo's question of its resilience-desk model (semantics/src/demo.rs), which the answer
+# benchmarks and the profile ask.
+DEMO_QUESTION="Where do fiscal capacity and energy burden overlap with health risk?"
+
 # The released version an upgrade starts from, and its commit.
 PREVIOUS_VERSION=0.3.0
 PREVIOUS_COMMIT=346c5b5

@@ -155,7 +155,7 @@ pub struct QueryLayerMcp {
 
 impl QueryLayerMcp {
     fn new(db: Db, stdio_fingerprint: Option<Fingerprint>) -> Self {
-        let tools = Self::site_router()
+        let mut tools = Self::site_router()
             + Self::content_router()
             + Self::reading_router()
             + Self::runs_router()
@@ -166,7 +166,6 @@ impl QueryLayerMcp {
             + Self::evidence_router()
             + Self::forms_router()
             + Self::semantics_router();
-        let mut tools = tools;
         for route in tools.map.values_mut() {
             if let Some(entry) = registry::entry(&route.attr.name) {
                 route.attr.annotations = Some(entry.annotations());
