@@ -387,6 +387,21 @@ impl Db {
         }
     }
 
+    /// The prepared `statement` of `call` on `client`, with `params` ahead of the call's own
+    /// arguments: one round trip, traced as the call.
+    async fn query_call<'a>(
+        &self,
+        client: &tokio_postgres::Client,
+        statement: &Statement,
+        mut params: Vec<&'a (dyn ToSql + Sync)>,
+        call: &'a Call,
+    ) -> Result<tokio_postgres::Row, Error> {
+        use tracing::Instrument;
+        params.extend(call.params());
+        self.trip();
+        Ok(client.query_one(statement, &params).instrument(crate::telemetry::db_span(call.function)).await?)
+    }
+
     /// `sql` prepared on this connection (cached): a round trip the first time only.
     async fn prepare(
         &self,
@@ -569,7 +584,6 @@ impl Db {
     /// store the answer, the audit row). A refusal rolls all of it back and is recorded by
     /// `record_refused_tool_call`. Returns the answer and whether it was stored earlier.
     pub async fn tool_call(&self, tool: &ToolCall, call: &Call) -> Result<(Value, Answered), Error> {
-        use tracing::Instrument;
         let outcome = async {
             let client = self.client().await?;
             let statement = self.prepare(&client.statement_cache, &client, &call.tool_call_sql()).await?;
@@ -577,14 +591,9 @@ impl Db {
             let edge_ms = tool.elapsed_ms();
             let fingerprint = tool.fingerprint.as_bytes();
             let (rate, burst) = self.rate_of(tool);
-            let mut params: Vec<&(dyn ToSql + Sync)> =
+            let params: Vec<&(dyn ToSql + Sync)> =
                 vec![&fingerprint, &tool.tool, &key, &sha256, &edge_ms, &rate, &burst];
-            params.extend(call.params());
-            self.trip();
-            let row = client
-                .query_one(&statement, &params)
-                .instrument(crate::telemetry::db_span(call.function))
-                .await?;
+            let row = self.query_call(&client, &statement, params, call).await?;
             closed(row.get(0))
         }
         .await;
@@ -603,18 +612,12 @@ impl Db {
         call: &Call,
         floor: &str,
     ) -> Result<FromStandby, Error> {
-        use tracing::Instrument;
         let read = async {
             let client = replica.client().await?;
             let statement = replica.prepare(&client.statement_cache, &client, &call.replica_sql()).await?;
             let fingerprint = tool.fingerprint.as_bytes();
-            let mut params: Vec<&(dyn ToSql + Sync)> = vec![&fingerprint, &tool.tool, &floor];
-            params.extend(call.params());
-            self.trip();
-            let row = client
-                .query_one(&statement, &params)
-                .instrument(crate::telemetry::db_span(call.function))
-                .await?;
+            let params: Vec<&(dyn ToSql + Sync)> = vec![&fingerprint, &tool.tool, &floor];
+            let row = self.query_call(&client, &statement, params, call).await?;
             Ok::<Value, Error>(row.get::<_, Option<Value>>(0).unwrap_or(Value::Null))
         }
         .await;

@@ -6,7 +6,7 @@
 //! connection the sender's did:key is bound to. A refusal answers 401 with the receipt.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -49,24 +49,42 @@ fn envelope_header(headers: &HeaderMap) -> Option<String> {
         .filter(|v| !v.trim().is_empty())
 }
 
+/// What a governed route reads of its request: the method, the exact URI and the headers, whether
+/// the body is strict JSON, and the exact body bytes.
+struct SignedRequest {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    malformed: Option<Extension<MalformedBody>>,
+    body: Bytes,
+}
+
+impl<S: Send + Sync> FromRequest<S> for SignedRequest {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (method, uri, headers, malformed, body) =
+            <(Method, Uri, HeaderMap, Option<Extension<MalformedBody>>, Bytes)>::from_request(request, state)
+                .await?;
+        Ok(SignedRequest { method, uri, headers, malformed, body })
+    }
+}
+
 /// Runs one governed route: envelope authentication, then `steps` as the bound connection.
 async fn governed(
     state: &AppState,
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
-    body: &Bytes,
-    malformed: Option<Extension<MalformedBody>>,
+    request: SignedRequest,
     steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
 ) -> Response {
+    let SignedRequest { method, uri, headers, malformed, body } = request;
     // A body that is not strict JSON is refused once the envelope holds, never before.
     let steps = async move |tx: &deadpool_postgres::Transaction<'_>| match malformed {
         Some(Extension(MalformedBody(problem))) => Err(Error::invalid_argument(problem)),
         None => steps(tx).await,
     };
-    let header = envelope_header(headers);
+    let header = envelope_header(&headers);
     let path = uri.path();
-    let body_sha256 = Sha256::digest(body);
+    let body_sha256 = Sha256::digest(&body);
     // The per-connection rate limit, keyed on the connection the database verified (never on
     // what the unverified header claims, which anyone could use to exhaust another's bucket):
     // decided in the database (`Db::with_envelope`); a refusal it made is repeated here.
@@ -113,40 +131,27 @@ fn refusal(receipt: &Value) -> Value {
     })
 }
 
-async fn import_osi(
-    State(state): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    malformed: Option<Extension<MalformedBody>>,
-    body: Bytes,
-) -> Response {
-    let document = String::from_utf8_lossy(&body).into_owned();
-    governed(&state, &method, &uri, &headers, &body, malformed, async move |tx| {
+async fn import_osi(State(state): State<AppState>, request: SignedRequest) -> Response {
+    let document = String::from_utf8_lossy(&request.body).into_owned();
+    governed(&state, request, async move |tx| {
         Call::new("import_semantic_model").arg("p_document", document).run(tx).await
     })
     .await
 }
 
-async fn answer(
-    State(state): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    malformed: Option<Extension<MalformedBody>>,
-    body: Bytes,
-) -> Response {
+async fn answer(State(state): State<AppState>, request: SignedRequest) -> Response {
     // Parsed here only to refuse a malformed body with a clear message; the database reads the
     // question from the exact signed bytes.
-    let parsed =
-        serde_path_to_error::deserialize::<_, AnswerBody>(&mut serde_json::Deserializer::from_slice(&body))
-            .map(|_| String::from_utf8_lossy(&body).into_owned())
-            .map_err(|e| match e.path().to_string().as_str() {
-                "." | "" => e.inner().to_string(),
-                path => format!("{path}: {}", e.inner()),
-            });
+    let parsed = serde_path_to_error::deserialize::<_, AnswerBody>(
+        &mut serde_json::Deserializer::from_slice(&request.body),
+    )
+    .map(|_| String::from_utf8_lossy(&request.body).into_owned())
+    .map_err(|e| match e.path().to_string().as_str() {
+        "." | "" => e.inner().to_string(),
+        path => format!("{path}: {}", e.inner()),
+    });
     let llm = state.config.llm.clone();
-    governed(&state, &method, &uri, &headers, &body, malformed, async move |tx| {
+    governed(&state, request, async move |tx| {
         let body = parsed.map_err(|e| {
             Error::invalid_argument(format!(
                 "the body must be {{\"question\", \"purpose\"?, \"dialect\"?}}: {e}"

@@ -189,6 +189,36 @@ pub(crate) fn while_presenting<R>(key: &[u8], f: impl FnOnce() -> R) -> R {
     result
 }
 
+/// The first row `sql` selects while `key` is presented, read by `read`; `None` when it selects
+/// no row. `lookup` names the lookup in the error raised when the query fails.
+pub(crate) fn presented_row<T>(
+    key: &[u8],
+    sql: &str,
+    lookup: &str,
+    read: impl FnOnce(&pgrx::spi::SpiTupleTable<'_>) -> Result<Option<T>, pgrx::spi::Error>,
+) -> Option<T> {
+    while_presenting(key, || {
+        Spi::connect(|client| {
+            let rows = client.select(sql, Some(1), &[])?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            read(&rows.first())
+        })
+        .unwrap_or_else(|e| error!("querylayer: {lookup} failed: {e}"))
+    })
+}
+
+/// (site_id, organization_id) from the first two columns of `row`.
+pub(crate) fn site_and_organization(
+    row: &pgrx::spi::SpiTupleTable<'_>,
+) -> Result<Option<(Uuid, Uuid)>, pgrx::spi::Error> {
+    Ok(match (row.get::<Uuid>(1)?, row.get::<Uuid>(2)?) {
+        (Some(s), Some(o)) => Some((s, o)),
+        _ => None,
+    })
+}
+
 /// A resolving context for one site: its rows become visible, nothing is granted.
 pub(crate) fn resolving(site: Uuid, organization: Uuid) {
     set(RequestContext::bare(Kind::Resolving, Some(site), Some(organization)));

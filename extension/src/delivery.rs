@@ -16,25 +16,13 @@ fn public_site_key(site: &str) -> Vec<u8> {
 }
 
 fn public_site(site: &str) -> Option<(Uuid, Uuid)> {
-    context::while_presenting(&public_site_key(site), || {
-        Spi::connect(|client| {
-            let rows = client.select(
-                "SELECT site_id, organization_id FROM querylayer.delivery_settings
-                  WHERE public AND site_sha256 = querylayer.ctx_presented_fingerprint()",
-                Some(1),
-                &[],
-            )?;
-            if rows.is_empty() {
-                return Ok::<_, pgrx::spi::Error>(None);
-            }
-            let row = rows.first();
-            Ok(match (row.get::<Uuid>(1)?, row.get::<Uuid>(2)?) {
-                (Some(s), Some(o)) => Some((s, o)),
-                _ => None,
-            })
-        })
-        .unwrap_or_else(|e| error!("querylayer: public site lookup failed: {e}"))
-    })
+    context::presented_row(
+        &public_site_key(site),
+        "SELECT site_id, organization_id FROM querylayer.delivery_settings
+          WHERE public AND site_sha256 = querylayer.ctx_presented_fingerprint()",
+        "public site lookup",
+        context::site_and_organization,
+    )
 }
 
 #[pg_schema]

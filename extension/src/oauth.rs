@@ -14,27 +14,15 @@ use crate::context;
 
 /// The (site, organization) of the row of `table` whose `column` is the presented fingerprint.
 fn site_of(table: &str, column: &str, fingerprint: &[u8]) -> Option<(Uuid, Uuid)> {
-    context::while_presenting(fingerprint, || {
-        Spi::connect(|client| {
-            let rows = client.select(
-                &format!(
-                    "SELECT site_id, organization_id FROM querylayer.{table}
-                      WHERE {column} = querylayer.ctx_presented_fingerprint()"
-                ),
-                Some(1),
-                &[],
-            )?;
-            if rows.is_empty() {
-                return Ok::<_, pgrx::spi::Error>(None);
-            }
-            let row = rows.first();
-            Ok(match (row.get::<Uuid>(1)?, row.get::<Uuid>(2)?) {
-                (Some(s), Some(o)) => Some((s, o)),
-                _ => None,
-            })
-        })
-        .unwrap_or_else(|e| error!("querylayer: OAuth lookup failed: {e}"))
-    })
+    context::presented_row(
+        fingerprint,
+        &format!(
+            "SELECT site_id, organization_id FROM querylayer.{table}
+              WHERE {column} = querylayer.ctx_presented_fingerprint()"
+        ),
+        "OAuth lookup",
+        context::site_and_organization,
+    )
 }
 
 fn unknown() -> JsonB {

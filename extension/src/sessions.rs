@@ -103,25 +103,18 @@ fn json_call(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Value {
 
 /// The password row of (site, handle): (site_id, organization_id, member_id, hash).
 fn password_row(site: &str, handle: &str) -> Option<(Uuid, Uuid, Uuid, String)> {
-    context::while_presenting(&sign_in_key(site, handle), || {
-        Spi::connect(|client| {
-            let rows = client.select(
-                "SELECT site_id, organization_id, member_id, password_hash FROM querylayer.member_passwords
-                  WHERE lookup_sha256 = querylayer.ctx_presented_fingerprint()",
-                Some(1),
-                &[],
-            )?;
-            if rows.is_empty() {
-                return Ok::<_, pgrx::spi::Error>(None);
-            }
-            let row = rows.first();
+    context::presented_row(
+        &sign_in_key(site, handle),
+        "SELECT site_id, organization_id, member_id, password_hash FROM querylayer.member_passwords
+          WHERE lookup_sha256 = querylayer.ctx_presented_fingerprint()",
+        "password lookup",
+        |row| {
             Ok(match (row.get::<Uuid>(1)?, row.get::<Uuid>(2)?, row.get::<Uuid>(3)?, row.get::<String>(4)?) {
                 (Some(s), Some(o), Some(m), Some(h)) => Some((s, o, m, h)),
                 _ => None,
             })
-        })
-        .unwrap_or_else(|e| error!("querylayer: password lookup failed: {e}"))
-    })
+        },
+    )
 }
 
 /// Resolves a session cookie and holds the member's context. Without a CSRF token the

@@ -4,10 +4,11 @@
 //! the chain recomputed over it, and a draft published by ALTER COLUMN … USING — and an honestly
 //! extended history verifying, through a directory witness and a PostgreSQL witness.
 
-use postgres::Client;
+use postgres::types::ToSql;
+use postgres::{Client, GenericClient};
 use querylayer_e2e::{admin_dsn, authenticate, fingerprint, sql_error, tcp_dsn, TestDb, DBA_PASSWORD};
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The `querylayer` binary (scripts/test builds it before this tier).
@@ -64,6 +65,14 @@ impl Ledger {
         self.db.superuser()
     }
 
+    /// `ALTER TABLE table ALTER COLUMN column TYPE ty USING (using)` as the superuser: rows
+    /// rewritten in place, with no trigger firing.
+    fn alter_column_using(&self, table: &str, column: &str, ty: &str, using: &str) {
+        self.su()
+            .batch_execute(&format!("ALTER TABLE {table} ALTER COLUMN {column} TYPE {ty} USING ({using})"))
+            .unwrap();
+    }
+
     /// As the demo agent: a run, a draft of a new item, a publish request. Returns (content id,
     /// revision id, proposal id).
     fn draft(&self, slug: &str, title: &str) -> (String, String, String) {
@@ -74,21 +83,17 @@ impl Ledger {
             tx.query_one("SELECT querylayer_api.begin_run('article.publish'::text)", &[]).unwrap().get(0);
         let run_id = run["run_id"].as_str().unwrap().to_string();
         let fields = json!({"title": title, "body": format!("The body of {title}.")});
-        let draft: Value = tx
-            .query_one(
-                "SELECT querylayer_api.create_draft($1::text::uuid, 'article'::text, $2::jsonb, NULL::uuid, $3::text)",
-                &[&run_id, &fields, &slug],
-            )
-            .unwrap()
-            .get(0);
+        let draft = one(
+            &mut tx,
+            "SELECT querylayer_api.create_draft($1::text::uuid, 'article'::text, $2::jsonb, NULL::uuid, $3::text)",
+            &[&run_id, &fields, &slug],
+        );
         let items = json!([{"content_id": draft["content_id"], "action": "publish", "revision_id": draft["revision_id"]}]);
-        let p: Value = tx
-            .query_one(
-                "SELECT querylayer_api.request_publish_approval($1::text::uuid, $2::jsonb)",
-                &[&run_id, &items],
-            )
-            .unwrap()
-            .get(0);
+        let p = one(
+            &mut tx,
+            "SELECT querylayer_api.request_publish_approval($1::text::uuid, $2::jsonb)",
+            &[&run_id, &items],
+        );
         tx.query_one("SELECT querylayer_api.finish_run($1::text::uuid, 'completed'::text)", &[&run_id])
             .unwrap();
         tx.commit().unwrap();
@@ -102,15 +107,18 @@ impl Ledger {
         let mut tx = edge.transaction().unwrap();
         tx.query_one("SELECT querylayer_api.authenticate_member($1)", &[&fingerprint(&self.member_token)])
             .unwrap();
-        let decided: Value = tx
-            .query_one(
-                "SELECT querylayer_api.decide_proposal($1::text::uuid, 'approve'::text, 'ok'::text)",
-                &[&proposal],
-            )
-            .unwrap()
-            .get(0);
+        let decided = one(
+            &mut tx,
+            "SELECT querylayer_api.decide_proposal($1::text::uuid, 'approve'::text, 'ok'::text)",
+            &[&proposal],
+        );
         assert_eq!(decided["state"], "applied", "{decided}");
         tx.commit().unwrap();
+    }
+
+    /// `querylayer ledger verify-proof` of the proof at `path`, against this ledger's witness.
+    fn verify_proof(&self, path: &Path) -> Output {
+        run(&["ledger", "verify-proof", path.to_str().unwrap(), "--witness", self.witness.to_str().unwrap()])
     }
 
     fn checkpoint(&self, extra_witness: Option<&str>) -> Output {
@@ -165,6 +173,11 @@ impl Drop for Ledger {
     }
 }
 
+/// The one jsonb value `sql` returns.
+fn one(client: &mut impl GenericClient, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Value {
+    client.query_one(sql, params).unwrap().get(0)
+}
+
 fn assert_ok(ledger: &Ledger, extra: Option<&str>) {
     let (ok, report) = ledger.verify(extra);
     assert!(ok, "{report:#}");
@@ -177,6 +190,16 @@ fn first_failure(ledger: &Ledger) -> Value {
     assert!(!ok, "the verifier passed a rewritten history: {report:#}");
     let first = report["first_failure"].clone();
     assert_eq!(first["site"], "demo", "{report:#}");
+    first
+}
+
+/// The first failure, which must name the record `id` of `table` and give a reason containing
+/// `reason`.
+fn first_failure_of(ledger: &Ledger, table: &str, id: &str, reason: &str) -> Value {
+    let first = first_failure(ledger);
+    assert_eq!(first["record"]["table"], table, "{first:#}");
+    assert_eq!(first["record"]["id"], id);
+    assert!(first["reason"].as_str().unwrap().contains(reason), "{first:#}");
     first
 }
 
@@ -202,12 +225,7 @@ fn an_honestly_extended_history_verifies_through_a_directory_and_a_postgres_witn
     let first: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(first["checkpoints"][0]["created"], true, "{first:#}");
     assert_ok(&ledger, Some(&witness_url));
-    let inside: Value = ledger
-        .db
-        .dba()
-        .query_one("SELECT querylayer_api.verify_live_state('demo'::text)", &[])
-        .unwrap()
-        .get(0);
+    let inside = one(&mut ledger.db.dba(), "SELECT querylayer_api.verify_live_state('demo'::text)", &[]);
     assert_eq!(inside, json!({"ok": true, "problem": null}));
 
     // The publication and the topic are chained state events naming their cause.
@@ -260,26 +278,14 @@ fn an_honestly_extended_history_verifies_through_a_directory_and_a_postgres_witn
     assert!(proved.status.success());
     let proof_path = ledger.witness.with_extension("proof.json");
     std::fs::write(&proof_path, &proved.stdout).unwrap();
-    let checked = run(&[
-        "ledger",
-        "verify-proof",
-        proof_path.to_str().unwrap(),
-        "--witness",
-        ledger.witness.to_str().unwrap(),
-    ]);
+    let checked = ledger.verify_proof(&proof_path);
     assert!(checked.status.success());
     let mut proof: Value = serde_json::from_slice(&proved.stdout).unwrap();
     assert_eq!(proof["record"]["table"], "querylayer.content_revisions");
     proof["record"]["canonical"] =
         json!(proof["record"]["canonical"].as_str().unwrap().replace("First", "Forged"));
     std::fs::write(&proof_path, proof.to_string()).unwrap();
-    let forged = run(&[
-        "ledger",
-        "verify-proof",
-        proof_path.to_str().unwrap(),
-        "--witness",
-        ledger.witness.to_str().unwrap(),
-    ]);
+    let forged = ledger.verify_proof(&proof_path);
     assert_eq!(forged.status.code(), Some(1));
     let _ = std::fs::remove_file(&proof_path);
 
@@ -361,18 +367,17 @@ fn a_revision_rewritten_by_alter_column_using_is_reported_after_it_was_witnessed
     assert_ok(&ledger, None);
 
     // The superuser rewrites an append-only revision in place: no trigger fires.
-    ledger
-        .su()
-        .batch_execute(&format!(
-            "ALTER TABLE querylayer.content_revisions ALTER COLUMN fields TYPE jsonb
-                USING (CASE WHEN id = '{revision}' THEN jsonb_set(fields, '{{title}}', '\"Rewritten\"') ELSE fields END)"
-        ))
-        .unwrap();
-    let first = first_failure(&ledger);
-    assert_eq!(first["record"]["table"], "querylayer.content_revisions", "{first:#}");
-    assert_eq!(first["record"]["id"], revision);
+    let using = format!(
+        "CASE WHEN id = '{revision}' THEN jsonb_set(fields, '{{title}}', '\"Rewritten\"') ELSE fields END"
+    );
+    ledger.alter_column_using("querylayer.content_revisions", "fields", "jsonb", &using);
+    let first = first_failure_of(
+        &ledger,
+        "querylayer.content_revisions",
+        &revision,
+        "rewritten after it was witnessed",
+    );
     assert_eq!(first["record"]["seq"], ledger.seq_of("querylayer.content_revisions", &revision));
-    assert!(first["reason"].as_str().unwrap().contains("rewritten after it was witnessed"), "{first:#}");
 }
 
 #[test]
@@ -426,10 +431,7 @@ fn a_revision_rewritten_with_its_chain_recomputed_passes_verify_ledger_but_not_t
         su.query_one("SELECT querylayer_api.verify_ledger('demo'::text)", &[]).unwrap().get(0);
     assert_eq!(inside["ok"], true, "the rewrite should satisfy the in-database check: {inside}");
 
-    let first = first_failure(&ledger);
-    assert_eq!(first["record"]["table"], "querylayer.content_revisions", "{first:#}");
-    assert_eq!(first["record"]["id"], revision);
-    assert!(first["reason"].as_str().unwrap().contains("rewritten after it was witnessed"), "{first:#}");
+    first_failure_of(&ledger, "querylayer.content_revisions", &revision, "rewritten after it was witnessed");
 
     // A fresh history started over the rewrite is a fork: the witness refuses it.
     su.batch_execute(
@@ -452,24 +454,11 @@ fn a_draft_published_by_alter_column_using_is_reported() {
     assert!(ledger.checkpoint(None).status.success());
     assert_ok(&ledger, None);
     // No proposal approved, no decision, no trigger: the live pointer moves.
-    ledger
-        .su()
-        .batch_execute(&format!(
-            "ALTER TABLE querylayer.content_items ALTER COLUMN published_revision_id TYPE uuid
-                USING (CASE WHEN id = '{item}' THEN draft_revision_id ELSE published_revision_id END)"
-        ))
-        .unwrap();
-    let first = first_failure(&ledger);
-    assert_eq!(first["record"]["table"], "querylayer.content_items", "{first:#}");
-    assert_eq!(first["record"]["id"], item);
-    assert!(first["reason"].as_str().unwrap().contains("changed outside the governed path"), "{first:#}");
+    let using = format!("CASE WHEN id = '{item}' THEN draft_revision_id ELSE published_revision_id END");
+    ledger.alter_column_using("querylayer.content_items", "published_revision_id", "uuid", &using);
+    first_failure_of(&ledger, "querylayer.content_items", &item, "changed outside the governed path");
     // The database's own check sees it too.
-    let inside: Value = ledger
-        .db
-        .dba()
-        .query_one("SELECT querylayer_api.verify_live_state('demo'::text)", &[])
-        .unwrap()
-        .get(0);
+    let inside = one(&mut ledger.db.dba(), "SELECT querylayer_api.verify_live_state('demo'::text)", &[]);
     assert_eq!(inside["ok"], false, "{inside}");
     assert_eq!(inside["problem"]["subject_id"], item, "{inside}");
 }
@@ -478,13 +467,8 @@ fn a_draft_published_by_alter_column_using_is_reported() {
 fn a_checkpoint_is_never_signed_over_a_broken_ledger_and_only_operators_make_them() {
     let ledger = Ledger::new("refused");
     let (_, revision, _) = ledger.draft("ledger-refused", "Original");
-    ledger
-        .su()
-        .batch_execute(&format!(
-            "ALTER TABLE querylayer.content_revisions ALTER COLUMN fields TYPE jsonb
-                USING (CASE WHEN id = '{revision}' THEN '{{}}'::jsonb ELSE fields END)"
-        ))
-        .unwrap();
+    let using = format!("CASE WHEN id = '{revision}' THEN '{{}}'::jsonb ELSE fields END");
+    ledger.alter_column_using("querylayer.content_revisions", "fields", "jsonb", &using);
     let err =
         ledger.db.dba().query_one("SELECT querylayer_api.create_checkpoints('demo'::text)", &[]).unwrap_err();
     let (code, message) = sql_error(&err);
@@ -516,13 +500,11 @@ fn artifact(client: &mut Client, secret: &str, run: &str, key: &str) -> (String,
     // A writer that waited for the head would run into this.
     tx.batch_execute("SET LOCAL statement_timeout = '3s'").unwrap();
     authenticate(&mut tx, secret).unwrap();
-    let a: Value = tx
-        .query_one(
-            "SELECT querylayer_api.record_artifact($1::text::uuid, $2::text, '1'::jsonb)",
-            &[&run, &key],
-        )
-        .unwrap()
-        .get(0);
+    let a = one(
+        &mut tx,
+        "SELECT querylayer_api.record_artifact($1::text::uuid, $2::text, '1'::jsonb)",
+        &[&run, &key],
+    );
     tx.commit().unwrap();
     (a["artifact_id"].as_str().unwrap().to_string(), a["record_sha256"].as_str().map(str::to_string))
 }

@@ -7,6 +7,7 @@
 
 mod console_tasks;
 mod content;
+mod direct;
 mod editorial;
 mod evidence;
 mod forms;
@@ -709,7 +710,7 @@ pub fn http_service(
     config: &HttpConfig,
     sites: Arc<SiteLimits>,
     replica: Option<Arc<crate::replica::Replica>>,
-) -> StreamableHttpService<QueryLayerMcp, NeverSessionManager> {
+) -> direct::McpService {
     let mut server = QueryLayerMcp::for_http(db).with_llm(config.llm.clone()).with_site_limits(sites);
     server.replica = replica;
     let mcp_config = StreamableHttpServerConfig::default()
@@ -719,11 +720,13 @@ pub fn http_service(
         .with_max_request_body_bytes(config.max_body_bytes)
         .with_allowed_hosts(config.allow.host_entries())
         .with_allowed_origins(config.allow.origin_entries());
-    StreamableHttpService::new(
-        move || Ok(server.clone()),
+    let factory = server.clone();
+    let rmcp = StreamableHttpService::new(
+        move || Ok(factory.clone()),
         Arc::new(NeverSessionManager::default()),
         mcp_config,
-    )
+    );
+    direct::McpService::new(server, rmcp)
 }
 
 #[cfg(test)]

@@ -130,14 +130,19 @@ def new_member(role: str, name: str = "Test Member") -> tuple[str, str]:
     return handle, password
 
 
-def sign_in(driver, handle: str, password: str, site: str = "demo") -> None:
-    driver.get(f"{DESK}/sign-in")
+def submit_sign_in(driver, handle: str, password: str, site: str) -> None:
+    """Fills in the sign-in form of the page the driver is on and submits it."""
     driver.find_element(By.ID, "site").clear()
     driver.find_element(By.ID, "site").send_keys(site)
     driver.find_element(By.ID, "handle").clear()
     driver.find_element(By.ID, "handle").send_keys(handle)
     driver.find_element(By.ID, "password").send_keys(password)
     click_and_wait(driver, driver.find_element(By.CSS_SELECTOR, "main form button[type=submit]"))
+
+
+def sign_in(driver, handle: str, password: str, site: str = "demo") -> None:
+    driver.get(f"{DESK}/sign-in")
+    submit_sign_in(driver, handle, password, site)
     assert driver.current_url == f"{DESK}/inbox", driver.current_url
     harness.issued(driver.get_cookie("ql_session")["value"])
 

@@ -24,7 +24,7 @@ from mcp.shared.auth import OAuthClientMetadata
 from selenium.webdriver.common.by import By
 
 import harness
-from conftest import DESK, axe, click_and_wait, new_member, same_origin_post, shot
+from conftest import DESK, axe, click_and_wait, new_member, same_origin_post, shot, submit_sign_in
 
 
 class Memory:
@@ -81,16 +81,31 @@ def callback():
     server.shutdown()
 
 
+def sdk_provider(client_name: str, redirect_uri: str, got: dict, arrived: threading.Event, storage: Memory,
+                 redirect_handler, **options) -> OAuthClientProvider:
+    """The official SDK's OAuth client provider for a public native client redirected to the
+    loopback `redirect_uri` (the `callback` fixture's): the code is what the browser brought there."""
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        assert await asyncio.to_thread(arrived.wait, 30), "the browser never reached the redirect URI"
+        assert "code" in got, got
+        harness.issued(got["code"])
+        return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
+
+    return OAuthClientProvider(
+        server_url=f"{DESK}/mcp",
+        client_metadata=OAuthClientMetadata(
+            client_name=client_name, redirect_uris=[redirect_uri],
+            grant_types=["authorization_code", "refresh_token"], response_types=["code"],
+            token_endpoint_auth_method="none"),
+        storage=storage, redirect_handler=redirect_handler, callback_handler=callback_handler, **options)
+
+
 def sign_in_here(driver, handle: str, password: str, site: str = "demo") -> None:
     """On the sign-in page an authorization request sent the member to: sign in, come back."""
     assert "/sign-in" in driver.current_url, driver.current_url
     assert "An application asks to connect" in driver.page_source
-    driver.find_element(By.ID, "site").clear()
-    driver.find_element(By.ID, "site").send_keys(site)
-    driver.find_element(By.ID, "handle").clear()
-    driver.find_element(By.ID, "handle").send_keys(handle)
-    driver.find_element(By.ID, "password").send_keys(password)
-    click_and_wait(driver, driver.find_element(By.CSS_SELECTOR, "main form button[type=submit]"))
+    submit_sign_in(driver, handle, password, site)
     assert driver.current_url.startswith(f"{DESK}/authorize?"), driver.current_url
     harness.issued(driver.get_cookie("ql_session")["value"])
 
@@ -136,19 +151,7 @@ def test_the_python_sdk_connects_by_itself_refreshes_and_is_revoked(browser, cal
         consents.append(await asyncio.to_thread(consent_in_browser, driver, url, handle, password, mode,
                                                 shot_name=f"oauth-consent-{len(consents) + 1}"))
 
-    async def callback_handler() -> AuthorizationCodeResult:
-        assert await asyncio.to_thread(arrived.wait, 30), "the browser never reached the redirect URI"
-        assert "code" in got, got
-        harness.issued(got["code"])
-        return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
-
-    provider = OAuthClientProvider(
-        server_url=f"{DESK}/mcp",
-        client_metadata=OAuthClientMetadata(
-            client_name="QueryLayer OAuth test", redirect_uris=[redirect_uri],
-            grant_types=["authorization_code", "refresh_token"], response_types=["code"],
-            token_endpoint_auth_method="none"),
-        storage=storage, redirect_handler=redirect_handler, callback_handler=callback_handler)
+    provider = sdk_provider("QueryLayer OAuth test", redirect_uri, got, arrived, storage, redirect_handler)
 
     read_scopes = [s for s in harness.ALL_SCOPES if s.endswith(":read")]
 
@@ -294,20 +297,8 @@ def test_a_client_named_by_its_metadata_document_connects_a_new_agent_on_the_sit
         arrived.clear()
         await asyncio.to_thread(consent, url_to_open)
 
-    async def callback_handler() -> AuthorizationCodeResult:
-        assert await asyncio.to_thread(arrived.wait, 30), "the browser never reached the redirect URI"
-        assert "code" in got, got
-        harness.issued(got["code"])
-        return AuthorizationCodeResult(code=got["code"], state=got.get("state"), iss=got.get("iss"))
-
-    provider = OAuthClientProvider(
-        server_url=f"{DESK}/mcp",
-        client_metadata=OAuthClientMetadata(
-            client_name="QueryLayer CIMD test", redirect_uris=[redirect_uri],
-            grant_types=["authorization_code", "refresh_token"], response_types=["code"],
-            token_endpoint_auth_method="none"),
-        storage=storage, redirect_handler=redirect_handler, callback_handler=callback_handler,
-        client_metadata_url=url)
+    provider = sdk_provider("QueryLayer CIMD test", redirect_uri, got, arrived, storage, redirect_handler,
+                            client_metadata_url=url)
     read_scopes = [s for s in harness.ALL_SCOPES if s.endswith(":read")]
 
     async def flow():

@@ -59,6 +59,18 @@ def admin(*args: str) -> dict | list:
     return json.loads(done.stdout)
 
 
+def worker_once(database_url: str, *flags: str, log: str = "worker", timeout: int = 180) -> subprocess.CompletedProcess:
+    """`querylayer worker --once <flags>` as the login of `database_url`; its log lands beside the
+    others as `<log>-<random>.log` (secret grep)."""
+    done = subprocess.run([BIN, "--log-format", "json", "worker", "--once", *flags],
+                          env={**os.environ, "DATABASE_URL": database_url},
+                          capture_output=True, text=True, timeout=timeout)
+    if TEST_DIR:
+        with open(os.path.join(TEST_DIR, f"{log}-{uuid.uuid4().hex[:8]}.log"), "w") as f:
+            f.write(done.stderr)
+    return done
+
+
 def mint(scopes=ALL_SCOPES, expires_in="1 hour", agent="demo-agent") -> dict:
     """A fresh connection on the demo site (its secret recorded for the log check)."""
     out = admin("create-connection", "--site", "demo", "--agent", agent, "--scopes", ",".join(scopes),

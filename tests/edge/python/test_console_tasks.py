@@ -47,6 +47,16 @@ def add_turn(console: Console, conversation_id: str, request: str) -> dict:
     return added.json()
 
 
+def agent_with_a_turn(request: str) -> tuple:
+    """A Hermes agent of its own and the owner's console, with `request` queued for the agent in a
+    conversation of its own."""
+    agent = hermes_agent()
+    owner = Console(member_token())
+    conversation = open_conversation(owner, agent)
+    add_turn(owner, conversation["conversation_id"], request)
+    return agent, owner
+
+
 def link_of(console: Console, conversation_id: str):
     return console.get(f"/conversations/{conversation_id}/link")
 
@@ -67,6 +77,11 @@ async def report(client, turn: dict, step: dict, outcome: str, **extra) -> dict:
     return await call(client, "querylayer_complete_console_task", {
         "turn_id": turn["turn_id"], "session_id": turn["session_id"], "step_id": step["step_id"],
         "outcome": outcome, **extra})
+
+
+async def plan(client, turn: dict, goal: str, steps: list) -> dict:
+    return await call(client, "querylayer_create_task_plan", {
+        "turn_id": turn["turn_id"], "session_id": turn["session_id"], "goal": goal, "steps": steps})
 
 
 async def test_a_harness_works_a_three_step_plan_one_step_at_a_time_and_publishing_waits_for_a_member():
@@ -183,16 +198,12 @@ async def test_a_harness_works_a_three_step_plan_one_step_at_a_time_and_publishi
 
 
 async def test_a_step_failing_three_times_fails_after_two_retries_and_its_dependents_never_start():
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conversation = open_conversation(owner, agent)
-    add_turn(owner, conversation["conversation_id"], "Analyse the pricing page")
+    agent, owner = agent_with_a_turn("Analyse the pricing page")
     async with mcp(mint(agent=agent["handle"])["secret"]) as client:
         turn = (await claim(client))["turn"]
-        task = await call(client, "querylayer_create_task_plan", {
-            "turn_id": turn["turn_id"], "session_id": turn["session_id"], "goal": "Findings",
-            "steps": [{"key": "analyse", "operation": "analysis", "instructions": "Try"},
-                      {"key": "summarise", "operation": "analysis", "instructions": "After", "depends_on": ["analyse"]}]})
+        task = await plan(client, turn, "Findings", [
+            {"key": "analyse", "operation": "analysis", "instructions": "Try"},
+            {"key": "summarise", "operation": "analysis", "instructions": "After", "depends_on": ["analyse"]}])
         handed_out = []
         for attempt in range(3):
             assert task["status"] == "running"
@@ -220,16 +231,11 @@ async def test_a_step_failing_three_times_fails_after_two_retries_and_its_depend
 
 
 async def test_a_revoked_connection_stops_the_harness_and_another_connection_cannot_take_its_turn():
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conversation = open_conversation(owner, agent)
-    add_turn(owner, conversation["conversation_id"], "Draft something")
+    agent, owner = agent_with_a_turn("Draft something")
     first = mint(agent=agent["handle"])
     async with mcp(first["secret"]) as client:
         turn = (await claim(client))["turn"]
-        task = await call(client, "querylayer_create_task_plan", {
-            "turn_id": turn["turn_id"], "session_id": turn["session_id"], "goal": "A draft",
-            "steps": [{"key": "draft", "operation": "draft", "instructions": "Write"}]})
+        task = await plan(client, turn, "A draft", [{"key": "draft", "operation": "draft", "instructions": "Write"}])
         step = task["step"]
     admin("revoke-connection", "--id", first["connection_id"], "--reason", "e2e: harness laptop lost")
     assert raw_post(TOOLS_LIST, first["secret"]).status_code == 401
@@ -256,17 +262,13 @@ async def test_a_revoked_connection_stops_the_harness_and_another_connection_can
 
 
 async def test_a_permission_removed_mid_plan_fails_the_task_closed_at_once():
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conversation = open_conversation(owner, agent)
-    add_turn(owner, conversation["conversation_id"], "Draft and publish")
+    agent, owner = agent_with_a_turn("Draft and publish")
     connection = mint(agent=agent["handle"])
     async with mcp(connection["secret"]) as client:
         turn = (await claim(client))["turn"]
-        task = await call(client, "querylayer_create_task_plan", {
-            "turn_id": turn["turn_id"], "session_id": turn["session_id"], "goal": "Live page",
-            "steps": [{"key": "draft", "operation": "draft", "instructions": "Write"},
-                      {"key": "publish", "operation": "publish", "instructions": "Ask", "depends_on": ["draft"]}]})
+        task = await plan(client, turn, "Live page", [
+            {"key": "draft", "operation": "draft", "instructions": "Write"},
+            {"key": "publish", "operation": "publish", "instructions": "Ask", "depends_on": ["draft"]}])
         assert task["step"]["key"] == "draft"
         admin("revoke-scopes", "--site", "demo", "--agent", agent["handle"], "--scopes", "publish:request")
         names = {t.name for t in (await client.list_tools()).tools}
@@ -293,10 +295,9 @@ async def test_a_renamed_profile_keeps_working_and_keeps_its_link():
     add_turn(owner, cid, "Two analyses")
     async with mcp(mint(agent=agent["handle"])["secret"]) as client:
         turn = (await claim(client))["turn"]
-        task = await call(client, "querylayer_create_task_plan", {
-            "turn_id": turn["turn_id"], "session_id": turn["session_id"], "goal": "Findings",
-            "steps": [{"key": "one", "operation": "analysis", "instructions": "First"},
-                      {"key": "two", "operation": "analysis", "instructions": "Second", "depends_on": ["one"]}]})
+        task = await plan(client, turn, "Findings", [
+            {"key": "one", "operation": "analysis", "instructions": "First"},
+            {"key": "two", "operation": "analysis", "instructions": "Second", "depends_on": ["one"]}])
         renamed = operator_sql(
             f"SELECT querylayer_api.rename_agent_profile('{agent['profile_id']}', 'Senior writer {agent['handle']}')")
         assert agent["profile_id"] in renamed
@@ -344,9 +345,7 @@ async def test_a_profile_that_no_longer_resolves_fails_closed_everywhere():
     second = add_turn(owner, cid, "Second request")
     async with mcp(mint(agent=agent["handle"])["secret"]) as client:
         turn = (await claim(client))["turn"]
-        await call(client, "querylayer_create_task_plan", {
-            "turn_id": turn["turn_id"], "session_id": turn["session_id"], "goal": "Findings",
-            "steps": [{"key": "one", "operation": "analysis", "instructions": "First"}]})
+        await plan(client, turn, "Findings", [{"key": "one", "operation": "analysis", "instructions": "First"}])
         # No API can rebind a profile (profile_id is immutable); simulate the Hermes profile
         # going away out of band, with the agents guard held off for that one change.
         superuser_sql(

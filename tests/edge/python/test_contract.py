@@ -7,8 +7,6 @@ import asyncio
 import contextlib
 import datetime
 import json
-import os
-import subprocess
 import threading
 import time
 import uuid
@@ -17,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx2
 import pytest
 
-from harness import (ALL_SCOPES, BIN, EDGE, TEST_DIR, WORKER_DB_URL, Console, admin, issued, mcp, member_token,
-                     mint, superuser_sql, structured, tool_error)
+from harness import (ALL_SCOPES, EDGE, WORKER_DB_URL, Console, admin, issued, mcp, member_token, mint,
+                     superuser_sql, structured, tool_error, worker_once)
 
 pytestmark = pytest.mark.anyio
 
@@ -70,6 +68,15 @@ def add_turn(owner: Console, conversation_id: str, request: str = "Do the work")
     return added.json()
 
 
+def agent_with_a_turn() -> tuple:
+    """A new Hermes agent, the owner's console, and a conversation with one turn queued for the agent."""
+    agent = hermes_agent()
+    owner = Console(member_token())
+    conv = conversation(owner, agent)
+    add_turn(owner, conv["conversation_id"])
+    return agent, owner, conv
+
+
 async def call(client, tool: str, arguments: dict) -> dict:
     return structured(await client.call_tool(tool, arguments))
 
@@ -91,11 +98,7 @@ async def report(client, turn: dict, step: dict, outcome: str, **extra) -> dict:
 
 def run_worker() -> str:
     """One pass of `querylayer worker` as its own login (its log kept for the secret grep)."""
-    done = subprocess.run([BIN, "--log-format", "json", "worker", "--once"],
-                          env={**os.environ, "DATABASE_URL": WORKER_DB_URL}, capture_output=True, text=True, timeout=180)
-    if TEST_DIR:
-        with open(os.path.join(TEST_DIR, f"worker-contract-{uuid.uuid4().hex[:8]}.log"), "w") as log:
-            log.write(done.stderr)
+    done = worker_once(WORKER_DB_URL, log="worker-contract")
     assert done.returncode == 0, done.stderr
     return done.stderr
 
@@ -269,10 +272,7 @@ ONE_STEP = [{"key": "analyse", "operation": "analysis", "instructions": "Try"}]
 
 
 async def test_a_failed_plan_fails_its_turn_and_a_new_version_cannot_restart_the_retries():
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conv = conversation(owner, agent)
-    add_turn(owner, conv["conversation_id"])
+    agent, owner, _ = agent_with_a_turn()
     async with mcp(mint(agent=agent["handle"])["secret"]) as c:
         turn = (await claim(c))["turn"]
         assert turn["retries_left"] == 2
@@ -295,10 +295,7 @@ async def test_a_failed_plan_fails_its_turn_and_a_new_version_cannot_restart_the
 
 
 async def test_replanning_before_the_third_failure_does_not_restore_the_retries_and_a_member_reopens():
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conv = conversation(owner, agent)
-    add_turn(owner, conv["conversation_id"])
+    agent, owner, _ = agent_with_a_turn()
     async with mcp(mint(agent=agent["handle"])["secret"]) as c:
         turn = (await claim(c))["turn"]
         task = await plan(c, turn, ONE_STEP)
@@ -328,10 +325,7 @@ async def test_replanning_before_the_third_failure_does_not_restore_the_retries_
 # 4. A member's cancel ends the turn; no new plan may start on it.
 
 async def test_a_members_cancel_ends_the_turn_and_no_new_plan_version_starts():
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conv = conversation(owner, agent)
-    add_turn(owner, conv["conversation_id"])
+    agent, owner, conv = agent_with_a_turn()
     second = add_turn(owner, conv["conversation_id"], "Another request")
     async with mcp(mint(agent=agent["handle"])["secret"]) as c:
         turn = (await claim(c))["turn"]
@@ -364,10 +358,7 @@ async def test_a_members_cancel_ends_the_turn_and_no_new_plan_version_starts():
 # 5. When the binding goes, the task fails closed at once, with the reason recorded.
 
 async def test_a_member_revoking_the_connection_fails_its_task_in_that_request():
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conv = conversation(owner, agent)
-    add_turn(owner, conv["conversation_id"])
+    agent, owner, _ = agent_with_a_turn()
     connection = mint(agent=agent["handle"])
     async with mcp(connection["secret"]) as c:
         turn = (await claim(c))["turn"]
@@ -413,10 +404,7 @@ async def test_an_expired_connection_fails_its_task_at_the_next_touch_and_at_the
 
 
 async def test_a_plan_refuses_a_step_its_connection_could_never_run():
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conv = conversation(owner, agent)
-    add_turn(owner, conv["conversation_id"])
+    agent, owner, _ = agent_with_a_turn()
     narrow = [s for s in ALL_SCOPES if s != "publish:request"]
     async with mcp(mint(narrow, agent=agent["handle"])["secret"]) as c:
         turn = (await claim(c))["turn"]
@@ -431,10 +419,7 @@ async def test_a_plan_refuses_a_step_its_connection_could_never_run():
 # 6. A step report after its session ended is refused.
 
 async def test_a_step_report_after_the_session_ended_is_refused_and_the_step_never_succeeds():
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conv = conversation(owner, agent)
-    add_turn(owner, conv["conversation_id"])
+    agent, owner, _ = agent_with_a_turn()
     async with mcp(mint(agent=agent["handle"])["secret"]) as c:
         turn = (await claim(c))["turn"]
         task = await plan(c, turn, ONE_STEP)

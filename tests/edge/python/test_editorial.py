@@ -10,8 +10,6 @@ import datetime
 import hashlib
 import http.server
 import json
-import os
-import subprocess
 import tempfile
 import threading
 import uuid
@@ -19,8 +17,8 @@ import uuid
 import httpx2
 import pytest
 
-from harness import (ALL_SCOPES, BIN, TEST_DIR, WORKER_DB_URL, Console, admin, issued, mcp, member_token,
-                     mint, operator_sql, raw_post, structured, superuser_sql, tool_error)
+from harness import (ALL_SCOPES, WORKER_DB_URL, Console, admin, issued, mcp, member_token, mint, operator_sql,
+                     raw_post, structured, superuser_sql, tool_error, worker_once)
 
 pytestmark = pytest.mark.anyio
 
@@ -140,12 +138,7 @@ def counts_past_the_api() -> dict:
 
 def run_worker(*flags: str) -> str:
     """`querylayer worker --once` as its own login; its log lands beside the others (secret grep)."""
-    done = subprocess.run([BIN, "--log-format", "json", "worker", "--once", *flags],
-                          env={**os.environ, "DATABASE_URL": WORKER_DB_URL},
-                          capture_output=True, text=True, timeout=180)
-    if TEST_DIR:
-        with open(os.path.join(TEST_DIR, f"worker-{uuid.uuid4().hex[:8]}.log"), "w") as log:
-            log.write(done.stderr)
+    done = worker_once(WORKER_DB_URL, *flags)
     assert done.returncode == 0, done.stderr
     return done.stderr
 
@@ -630,11 +623,7 @@ async def test_a_job_left_running_by_a_worker_that_died_is_taken_again(writer, p
 
 def test_the_worker_acts_only_through_the_worker_role():
     from harness import EDGE_DB_URL
-    done = subprocess.run([BIN, "--log-format", "json", "worker", "--once"],
-                          env={**os.environ, "DATABASE_URL": EDGE_DB_URL}, capture_output=True, text=True, timeout=60)
-    if TEST_DIR:
-        with open(os.path.join(TEST_DIR, f"worker-{uuid.uuid4().hex[:8]}.log"), "w") as log:
-            log.write(done.stderr)
+    done = worker_once(EDGE_DB_URL, timeout=60)
     assert done.returncode == 1, done.stderr
     assert '"code":"permission_denied"' in done.stderr.replace(" ", "")
 

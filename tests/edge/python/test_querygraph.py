@@ -218,17 +218,23 @@ def test_the_same_header_on_another_path_or_with_another_body_is_refused(governe
     assert checks["bodyBound"] is False and checks["resourceBoundToPath"] is True
 
 
-def test_an_unbound_key_is_refused(governed_edge):
-    agent = fresh_agent()
-    with pytest.raises(HTTPError) as refused:
-        governed_post(governed_edge, "/v1/answer", {"question": DEMO_QUESTION}, agent)
-    assert refused.value.code == 401
+def assert_refused_as_unbound(governed_edge: str, agent) -> None:
+    """`agent`'s signed /v1/answer, posted as it is: 401, the signature valid but the key bound to
+    no live connection."""
     body = json.dumps({"question": DEMO_QUESTION}).encode()
     r = httpx2.post(f"{governed_edge}/v1/answer", content=body,
                     headers={"x-qg-envelope": mint_envelope_header(agent, path="/v1/answer", body=body)})
     assert r.status_code == 401
     checks = r.json()["receipt"]["checks"]
     assert checks["keyBound"] is False and checks["signatureValid"] is True
+
+
+def test_an_unbound_key_is_refused(governed_edge):
+    agent = fresh_agent()
+    with pytest.raises(HTTPError) as refused:
+        governed_post(governed_edge, "/v1/answer", {"question": DEMO_QUESTION}, agent)
+    assert refused.value.code == 401
+    assert_refused_as_unbound(governed_edge, agent)
 
 
 def test_a_revoked_key_bound_connection_is_refused_at_once(governed_edge):
@@ -236,12 +242,7 @@ def test_a_revoked_key_bound_connection_is_refused_at_once(governed_edge):
     connection = bind(agent.did_key())
     assert governed_post(governed_edge, "/v1/answer", {"question": DEMO_QUESTION}, agent)["answer"] == DEMO_ANSWER
     admin("revoke-connection", "--id", connection["connection_id"], "--reason", "key retired")
-    body = json.dumps({"question": DEMO_QUESTION}).encode()
-    r = httpx2.post(f"{governed_edge}/v1/answer", content=body,
-                    headers={"x-qg-envelope": mint_envelope_header(agent, path="/v1/answer", body=body)})
-    assert r.status_code == 401
-    checks = r.json()["receipt"]["checks"]
-    assert checks["keyBound"] is False and checks["signatureValid"] is True
+    assert_refused_as_unbound(governed_edge, agent)
 
 
 def receipts_of(sender: str) -> list[tuple[bool, str]]:
