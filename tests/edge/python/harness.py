@@ -71,6 +71,13 @@ def worker_once(database_url: str, *flags: str, log: str = "worker", timeout: in
     return done
 
 
+def run_worker(*flags: str) -> str:
+    """One pass of the worker as its own login (`WORKER_DB_URL`), which must succeed; its log."""
+    done = worker_once(WORKER_DB_URL, *flags)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
 def mint(scopes=ALL_SCOPES, expires_in="1 hour", agent="demo-agent") -> dict:
     """A fresh connection on the demo site (its secret recorded for the log check)."""
     out = admin("create-connection", "--site", "demo", "--agent", agent, "--scopes", ",".join(scopes),

@@ -9,52 +9,12 @@ import uuid
 
 import pytest
 
-from harness import (ALL_SCOPES, Console, admin, mcp, member_token, mint, operator_sql, raw_post,
-                     structured, superuser_sql, tool_error)
+from harness import Console, admin, mcp, member_token, mint, operator_sql, raw_post, superuser_sql, tool_error
+from hermes import add_turn, agent_with_a_turn, call, claim, hermes_agent, open_conversation, plan, report
 
 pytestmark = pytest.mark.anyio
 
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-
-
-def hermes_agent(scopes=ALL_SCOPES) -> dict:
-    """A Hermes agent of its own on the demo site, so that claims never race other tests."""
-    handle = f"h-{uuid.uuid4().hex[:10]}"
-    profile_id = f"prof-{uuid.uuid4().hex[:12]}"
-    admin("create-agent", "--organization", "demo", "--handle", handle, "--kind", "hermes",
-          "--profile-id", profile_id, "--profile-name", f"Writer {handle}")
-    admin("grant-scopes", "--site", "demo", "--agent", handle, "--scopes", ",".join(scopes))
-    return {"handle": handle, "profile_id": profile_id}
-
-
-def open_conversation(console: Console, agent: dict, title: str = "Pricing work") -> dict:
-    """Registers an existing Hermes session and opens its one conversation."""
-    session_id = f"sess-{uuid.uuid4().hex[:12]}"
-    registered = console.post("/sessions", {"profile_id": agent["profile_id"], "session_id": session_id})
-    assert registered.status_code == 201, registered.text
-    assert registered.json() == {"session_id": session_id, "profile_id": agent["profile_id"], "agent": agent["handle"]}
-    opened = console.post("/conversations", {"profile_id": agent["profile_id"], "session_id": session_id, "title": title})
-    assert opened.status_code == 201, opened.text
-    conversation = opened.json()
-    assert (conversation["session_id"], conversation["profile_id"]) == (session_id, agent["profile_id"])
-    return conversation
-
-
-def add_turn(console: Console, conversation_id: str, request: str) -> dict:
-    added = console.post(f"/conversations/{conversation_id}/turns", {"request": request})
-    assert added.status_code == 201, added.text
-    assert added.json()["state"] == "queued"
-    return added.json()
-
-
-def agent_with_a_turn(request: str) -> tuple:
-    """A Hermes agent of its own and the owner's console, with `request` queued for the agent in a
-    conversation of its own."""
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conversation = open_conversation(owner, agent)
-    add_turn(owner, conversation["conversation_id"], request)
-    return agent, owner
 
 
 def link_of(console: Console, conversation_id: str):
@@ -63,25 +23,6 @@ def link_of(console: Console, conversation_id: str):
 
 def states(task: dict) -> dict:
     return {s["key"]: s["state"] for s in task["plan"]["steps"]}
-
-
-async def call(client, tool: str, arguments: dict) -> dict:
-    return structured(await client.call_tool(tool, arguments))
-
-
-async def claim(client, **arguments) -> dict:
-    return await call(client, "querylayer_claim_console_task", arguments)
-
-
-async def report(client, turn: dict, step: dict, outcome: str, **extra) -> dict:
-    return await call(client, "querylayer_complete_console_task", {
-        "turn_id": turn["turn_id"], "session_id": turn["session_id"], "step_id": step["step_id"],
-        "outcome": outcome, **extra})
-
-
-async def plan(client, turn: dict, goal: str, steps: list) -> dict:
-    return await call(client, "querylayer_create_task_plan", {
-        "turn_id": turn["turn_id"], "session_id": turn["session_id"], "goal": goal, "steps": steps})
 
 
 async def test_a_harness_works_a_three_step_plan_one_step_at_a_time_and_publishing_waits_for_a_member():
@@ -198,10 +139,10 @@ async def test_a_harness_works_a_three_step_plan_one_step_at_a_time_and_publishi
 
 
 async def test_a_step_failing_three_times_fails_after_two_retries_and_its_dependents_never_start():
-    agent, owner = agent_with_a_turn("Analyse the pricing page")
+    agent, owner, _ = agent_with_a_turn("Analyse the pricing page")
     async with mcp(mint(agent=agent["handle"])["secret"]) as client:
         turn = (await claim(client))["turn"]
-        task = await plan(client, turn, "Findings", [
+        task = await plan(client, turn, [
             {"key": "analyse", "operation": "analysis", "instructions": "Try"},
             {"key": "summarise", "operation": "analysis", "instructions": "After", "depends_on": ["analyse"]}])
         handed_out = []
@@ -231,11 +172,11 @@ async def test_a_step_failing_three_times_fails_after_two_retries_and_its_depend
 
 
 async def test_a_revoked_connection_stops_the_harness_and_another_connection_cannot_take_its_turn():
-    agent, owner = agent_with_a_turn("Draft something")
+    agent, owner, _ = agent_with_a_turn("Draft something")
     first = mint(agent=agent["handle"])
     async with mcp(first["secret"]) as client:
         turn = (await claim(client))["turn"]
-        task = await plan(client, turn, "A draft", [{"key": "draft", "operation": "draft", "instructions": "Write"}])
+        task = await plan(client, turn, [{"key": "draft", "operation": "draft", "instructions": "Write"}], goal="A draft")
         step = task["step"]
     admin("revoke-connection", "--id", first["connection_id"], "--reason", "e2e: harness laptop lost")
     assert raw_post(TOOLS_LIST, first["secret"]).status_code == 401
@@ -262,13 +203,13 @@ async def test_a_revoked_connection_stops_the_harness_and_another_connection_can
 
 
 async def test_a_permission_removed_mid_plan_fails_the_task_closed_at_once():
-    agent, owner = agent_with_a_turn("Draft and publish")
+    agent, owner, _ = agent_with_a_turn("Draft and publish")
     connection = mint(agent=agent["handle"])
     async with mcp(connection["secret"]) as client:
         turn = (await claim(client))["turn"]
-        task = await plan(client, turn, "Live page", [
+        task = await plan(client, turn, [
             {"key": "draft", "operation": "draft", "instructions": "Write"},
-            {"key": "publish", "operation": "publish", "instructions": "Ask", "depends_on": ["draft"]}])
+            {"key": "publish", "operation": "publish", "instructions": "Ask", "depends_on": ["draft"]}], goal="Live page")
         assert task["step"]["key"] == "draft"
         admin("revoke-scopes", "--site", "demo", "--agent", agent["handle"], "--scopes", "publish:request")
         names = {t.name for t in (await client.list_tools()).tools}
@@ -295,7 +236,7 @@ async def test_a_renamed_profile_keeps_working_and_keeps_its_link():
     add_turn(owner, cid, "Two analyses")
     async with mcp(mint(agent=agent["handle"])["secret"]) as client:
         turn = (await claim(client))["turn"]
-        task = await plan(client, turn, "Findings", [
+        task = await plan(client, turn, [
             {"key": "one", "operation": "analysis", "instructions": "First"},
             {"key": "two", "operation": "analysis", "instructions": "Second", "depends_on": ["one"]}])
         renamed = operator_sql(
@@ -345,7 +286,7 @@ async def test_a_profile_that_no_longer_resolves_fails_closed_everywhere():
     second = add_turn(owner, cid, "Second request")
     async with mcp(mint(agent=agent["handle"])["secret"]) as client:
         turn = (await claim(client))["turn"]
-        await plan(client, turn, "Findings", [{"key": "one", "operation": "analysis", "instructions": "First"}])
+        await plan(client, turn, [{"key": "one", "operation": "analysis", "instructions": "First"}])
         # No API can rebind a profile (profile_id is immutable); simulate the Hermes profile
         # going away out of band, with the agents guard held off for that one change.
         superuser_sql(

@@ -15,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx2
 import pytest
 
-from harness import (ALL_SCOPES, EDGE, WORKER_DB_URL, Console, admin, issued, mcp, member_token, mint,
-                     superuser_sql, structured, tool_error, worker_once)
+from harness import (ALL_SCOPES, EDGE, Console, admin, issued, mcp, member_token, mint,
+                     run_worker, superuser_sql, tool_error)
+from hermes import add_turn, agent_with_a_turn, call, claim, hermes_agent, open_conversation, plan, report
 
 pytestmark = pytest.mark.anyio
 
@@ -28,16 +29,6 @@ INTERNAL = ("unique constraint", "_key\"", "_pkey", "violates", "duplicate key",
 def no_internal_names(text: str) -> None:
     for marker in INTERNAL:
         assert marker not in text, f"an internal name reached the caller: {text}"
-
-
-def hermes_agent(scopes=ALL_SCOPES, sites=("demo",)) -> dict:
-    handle = f"c-{uuid.uuid4().hex[:10]}"
-    profile_id = f"prof-{uuid.uuid4().hex[:12]}"
-    admin("create-agent", "--organization", "demo", "--handle", handle, "--kind", "hermes",
-          "--profile-id", profile_id, "--profile-name", f"Contract {handle}")
-    for site in sites:
-        admin("grant-scopes", "--site", site, "--agent", handle, "--scopes", ",".join(scopes))
-    return {"handle": handle, "profile_id": profile_id}
 
 
 def second_site() -> str:
@@ -52,55 +43,6 @@ def site_token(site: str) -> str:
     out = admin("create-member-token", "--site", site, "--member", "demo-owner", "--expires-in", "1 hour")
     issued(out["token"])
     return out["token"]
-
-
-def conversation(owner: Console, agent: dict, title="Contract") -> dict:
-    session_id = f"sess-{uuid.uuid4().hex[:12]}"
-    assert owner.post("/sessions", {"profile_id": agent["profile_id"], "session_id": session_id}).status_code == 201
-    opened = owner.post("/conversations", {"profile_id": agent["profile_id"], "session_id": session_id, "title": title})
-    assert opened.status_code == 201, opened.text
-    return opened.json()
-
-
-def add_turn(owner: Console, conversation_id: str, request: str = "Do the work") -> dict:
-    added = owner.post(f"/conversations/{conversation_id}/turns", {"request": request})
-    assert added.status_code == 201, added.text
-    return added.json()
-
-
-def agent_with_a_turn() -> tuple:
-    """A new Hermes agent, the owner's console, and a conversation with one turn queued for the agent."""
-    agent = hermes_agent()
-    owner = Console(member_token())
-    conv = conversation(owner, agent)
-    add_turn(owner, conv["conversation_id"])
-    return agent, owner, conv
-
-
-async def call(client, tool: str, arguments: dict) -> dict:
-    return structured(await client.call_tool(tool, arguments))
-
-
-async def claim(client, **arguments) -> dict:
-    return await call(client, "querylayer_claim_console_task", arguments)
-
-
-async def plan(client, turn: dict, steps: list, goal="Contract work") -> dict:
-    return await call(client, "querylayer_create_task_plan", {
-        "turn_id": turn["turn_id"], "session_id": turn["session_id"], "goal": goal, "steps": steps})
-
-
-async def report(client, turn: dict, step: dict, outcome: str, **extra) -> dict:
-    return await call(client, "querylayer_complete_console_task", {
-        "turn_id": turn["turn_id"], "session_id": turn["session_id"], "step_id": step["step_id"],
-        "outcome": outcome, **extra})
-
-
-def run_worker() -> str:
-    """One pass of `querylayer worker` as its own login (its log kept for the secret grep)."""
-    done = worker_once(WORKER_DB_URL, log="worker-contract")
-    assert done.returncode == 0, done.stderr
-    return done.stderr
 
 
 def all_at_once(n: int, work) -> list:
@@ -160,7 +102,7 @@ def test_a_session_held_by_one_site_is_refused_on_another_site_and_in_another_or
     agent = hermes_agent()
     other = second_site()
     owner, elsewhere = Console(member_token()), Console(site_token(other))
-    held = conversation(owner, agent)
+    held = open_conversation(owner, agent)
     session = held["session_id"]
     again = elsewhere.post("/sessions", {"profile_id": agent["profile_id"], "session_id": session})
     assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
@@ -378,7 +320,7 @@ async def test_an_expired_connection_fails_its_task_at_the_next_touch_and_at_the
     owner = Console(member_token())
     turns = {}
     for agent in (touched, idle):
-        conv = conversation(owner, agent)
+        conv = open_conversation(owner, agent)
         add_turn(owner, conv["conversation_id"])
         short = mint(agent=agent["handle"], expires_in="3 seconds")
         async with mcp(short["secret"]) as c:
@@ -622,7 +564,7 @@ async def test_pages_are_stable_under_inserts():
 def test_every_console_list_pages_with_a_limit_and_a_cursor():
     setup = Console(member_token())
     agent = hermes_agent()
-    convs = [conversation(setup, agent, title=f"Paged {i}") for i in range(3)]
+    convs = [open_conversation(setup, agent, title=f"Paged {i}") for i in range(3)]
     for i in range(3):
         add_turn(setup, convs[0]["conversation_id"], f"Request {i}")
     owner = Console(member_token())

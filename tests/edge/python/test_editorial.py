@@ -17,8 +17,8 @@ import uuid
 import httpx2
 import pytest
 
-from harness import (ALL_SCOPES, WORKER_DB_URL, Console, admin, issued, mcp, member_token, mint, operator_sql,
-                     raw_post, structured, superuser_sql, tool_error, worker_once)
+from harness import (ALL_SCOPES, Console, admin, issued, mcp, member_token, mint, operator_sql,
+                     raw_post, run_worker, structured, superuser_sql, tool_error, worker_once)
 
 pytestmark = pytest.mark.anyio
 
@@ -134,13 +134,6 @@ def counts_past_the_api() -> dict:
         " 'executions', (SELECT count(*) FROM querylayer.proposal_executions),"
         " 'live', (SELECT count(*) FROM querylayer.content_items WHERE published_revision_id IS NOT NULL))")
     return json.loads(row)
-
-
-def run_worker(*flags: str) -> str:
-    """`querylayer worker --once` as its own login; its log lands beside the others (secret grep)."""
-    done = worker_once(WORKER_DB_URL, *flags)
-    assert done.returncode == 0, done.stderr
-    return done.stderr
 
 
 # ---------------------------------------------------------------------------------------------
