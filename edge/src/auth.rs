@@ -247,7 +247,7 @@ pub async fn mcp_gate(
         }
         return next.run(Request::from_parts(parts, body)).await;
     }
-    let (bytes, id, governed) = match crate::body::inspect(body, state.config.max_body_bytes).await {
+    let (bytes, id, governed, message) = match crate::body::inspect(body, state.config.max_body_bytes).await {
         Ok(inspected) => inspected,
         Err((refusal, id)) => {
             return match confirm(&state, &mut parts.extensions, id).await {
@@ -262,6 +262,7 @@ pub async fn mcp_gate(
         }
     }
     parts.extensions.insert(crate::body::JsonRpcId(id.clone()));
+    parts.extensions.insert(message);
     let request = Request::from_parts(parts, axum::body::Body::from(bytes));
     match tokio::time::timeout(state.config.request_timeout, next.run(request)).await {
         Ok(response) => response,

@@ -22,6 +22,11 @@ use crate::strict_json::{self, Problem};
 #[derive(Clone, Debug, Default)]
 pub struct JsonRpcId(pub Option<Value>);
 
+/// The `/mcp` request's message as the gate read it: the direct path takes it from here
+/// instead of reading the body again (`mcp::direct`).
+#[derive(Clone, Debug)]
+pub struct Message(pub rmcp::model::ClientJsonRpcMessage);
+
 /// JSON-RPC's own codes for what the edge refuses before rmcp sees it.
 const PARSE_ERROR: i32 = -32700;
 const INVALID_REQUEST: i32 = -32600;
@@ -102,12 +107,12 @@ pub async fn strict_body(State(state): State<AppState>, request: Request, next: 
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
 
-/// The body of a `/mcp` POST: its bytes, its JSON-RPC id, and whether it is a tool call or a
-/// resource read; or the refusal (with the id, when there is one).
+/// The body of a `/mcp` POST: its bytes, its JSON-RPC id, whether it is a tool call or a
+/// resource read, and the message read from it; or the refusal (with the id, when there is one).
 pub async fn inspect(
     body: Body,
     limit: usize,
-) -> Result<(Bytes, Option<Value>, bool), (Response, Option<Value>)> {
+) -> Result<(Bytes, Option<Value>, bool, Message), (Response, Option<Value>)> {
     use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
     let bytes = match read(body, limit).await {
         Ok(bytes) => bytes,
@@ -134,7 +139,7 @@ pub async fn inspect(
                     if matches!(r.request, ClientRequest::CallToolRequest(_) | ClientRequest::ReadResourceRequest(_))
             );
             let id = jsonrpc_id(&bytes);
-            Ok((bytes, id, governed))
+            Ok((bytes, id, governed, Message(message)))
         }
         Err(problem @ Problem::Syntax(_)) => {
             let refusal = Error::invalid_argument(problem.to_string()).into_jsonrpc_response(

@@ -583,7 +583,11 @@ impl Db {
     /// connection has prepared it (`Call::tool_call_sql`: authenticate, claim the key, the call,
     /// store the answer, the audit row). A refusal rolls all of it back and is recorded by
     /// `record_refused_tool_call`. Returns the answer and whether it was stored earlier.
-    pub async fn tool_call(&self, tool: &ToolCall, call: &Call) -> Result<(Value, Answered), Error> {
+    pub async fn tool_call<T: DeserializeOwned>(
+        &self,
+        tool: &ToolCall,
+        call: &Call,
+    ) -> Result<(T, Answered), Error> {
         let outcome = async {
             let client = self.client().await?;
             let statement = self.prepare(&client.statement_cache, &client, &call.tool_call_sql()).await?;
@@ -594,7 +598,7 @@ impl Db {
             let params: Vec<&(dyn ToSql + Sync)> =
                 vec![&fingerprint, &tool.tool, &key, &sha256, &edge_ms, &rate, &burst];
             let row = self.query_call(&client, &statement, params, call).await?;
-            closed(row.get(0))
+            closed(&row)
         }
         .await;
         self.after_refusal(tool, &outcome).await;
@@ -679,11 +683,11 @@ impl Db {
     /// database, written by the LLM, signed in the database): the same steps as `tool_call`
     /// in one transaction, `BEGIN; open_tool_call; steps; close_tool_call; COMMIT`, and the
     /// same rule for a refusal.
-    pub async fn tool_steps(
+    pub async fn tool_steps<T: DeserializeOwned>(
         &self,
         tool: &ToolCall,
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
-    ) -> Result<(Value, Answered), Error> {
+    ) -> Result<(T, Answered), Error> {
         let outcome = async {
             let mut client = self.client().await?;
             let edge_ms = tool.elapsed_ms();
@@ -706,7 +710,7 @@ impl Db {
             let row = tx.query_one(&close, &[&opened, &value, &edge_ms]).await?;
             self.trip();
             tx.commit().await?;
-            closed(row.get(0))
+            closed(&row)
         }
         .await;
         self.after_refusal(tool, &outcome).await;
@@ -861,14 +865,19 @@ impl Db {
     }
 }
 
-/// What `close_tool_call` returns: the answer, and whether it is the one stored under the key.
-fn closed(value: Value) -> Result<(Value, Answered), Error> {
+/// What `close_tool_call` returned in `row`: the answer, read straight from the bytes the
+/// database sent into the caller's type (no intermediate JSON tree), and whether it is the one
+/// stored under the key. A mismatch is a contract break, as in `parse`.
+fn closed<T: DeserializeOwned>(row: &tokio_postgres::Row) -> Result<(T, Answered), Error> {
     #[derive(Deserialize)]
-    struct Closed {
-        value: Value,
+    struct Closed<T> {
+        value: T,
         replayed: bool,
     }
-    let closed: Closed = parse(value)?;
+    let closed = row
+        .try_get::<_, tokio_postgres::types::Json<Closed<T>>>(0)
+        .map_err(|e| Error::internal(format!("unexpected result shape from querylayer_api: {e}")))?
+        .0;
     Ok((closed.value, if closed.replayed { Answered::Before } else { Answered::Now }))
 }
 

@@ -69,13 +69,19 @@ impl McpService {
             Some(lifecycle) if request.method() == Method::POST => lifecycle,
             _ => return self.by_rmcp(request).await,
         };
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         // The body gate (`auth::mcp_gate`) has read and bounded it already.
         let bytes = match axum::body::to_bytes(body, usize::MAX).await {
             Ok(bytes) => bytes,
             Err(_) => return self.by_rmcp(Request::from_parts(parts, Body::empty())).await,
         };
-        let Some((id, mut request)) = direct_call(&parts.headers, lifecycle, &bytes) else {
+        // The gate has read the message already (`body::inspect`); read here only without it.
+        let message = match parts.extensions.remove::<crate::body::Message>() {
+            Some(crate::body::Message(message)) => Some(message),
+            None => serde_json::from_slice(&bytes).ok(),
+        };
+        let Some((id, mut request)) = message.and_then(|m| direct_message(&parts.headers, lifecycle, m))
+        else {
             return self.by_rmcp(Request::from_parts(parts, Body::from(bytes))).await;
         };
         let mut ctx = RequestContext::new(id.clone(), self.peer());
@@ -196,12 +202,22 @@ fn direct_headers(headers: &HeaderMap) -> Option<Lifecycle> {
 /// The request, when the body is a `tools/call` that fits its headers: for 2026-07-28, of the
 /// tool `Mcp-Name` names, with a complete `_meta` naming that version; before it, with no
 /// version in its `_meta`.
+#[cfg(test)]
 fn direct_call(
     headers: &HeaderMap,
     lifecycle: Lifecycle,
     body: &[u8],
 ) -> Option<(rmcp::model::RequestId, ClientRequest)> {
-    let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else {
+    direct_message(headers, lifecycle, serde_json::from_slice(body).ok()?)
+}
+
+/// As `direct_call`, of the message read from the body.
+fn direct_message(
+    headers: &HeaderMap,
+    lifecycle: Lifecycle,
+    message: ClientJsonRpcMessage,
+) -> Option<(rmcp::model::RequestId, ClientRequest)> {
+    let ClientJsonRpcMessage::Request(request) = message else {
         return None;
     };
     let ClientRequest::CallToolRequest(call) = &request.request else {

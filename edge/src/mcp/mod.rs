@@ -350,7 +350,7 @@ impl QueryLayerMcp {
                             if let Some(standby) = &standby {
                                 standby.store(true, Ordering::Relaxed);
                             }
-                            return Ok((value, Answered::Now));
+                            return Ok((parse::<T>(value)?, Answered::Now));
                         }
                         FromStandby::Unserved { unreachable: true } => replica.unreachable(),
                         FromStandby::Unserved { unreachable: false } => {}
@@ -369,7 +369,7 @@ impl QueryLayerMcp {
         &self,
         ctx: &RequestContext<RoleServer>,
         idempotency_key: Option<&str>,
-        run: impl AsyncFnOnce(Db, ToolCall) -> Result<(serde_json::Value, Answered), Error>,
+        run: impl AsyncFnOnce(Db, ToolCall) -> Result<(T, Answered), Error>,
     ) -> Result<Json<T>, CallToolResult> {
         let Some(Dispatched { tool, started }) = ctx.extensions.get::<Dispatched>().copied() else {
             return Err(Error::internal("a tool ran without its dispatch").into_tool_result());
@@ -380,13 +380,10 @@ impl QueryLayerMcp {
         let _permit = self.site_permit(ctx, tool).await.map_err(Error::into_tool_result)?;
         let idempotency = Self::idempotency(ctx, idempotency_key);
         let call = Self::tool_call(ctx, fingerprint, tool, started, idempotency);
-        let result = run(self.db(ctx), call)
-            .await
-            .map(|(value, answered)| {
-                Self::note_replay(ctx, answered);
-                value
-            })
-            .and_then(parse::<T>);
+        let result = run(self.db(ctx), call).await.map(|(value, answered)| {
+            Self::note_replay(ctx, answered);
+            value
+        });
         let principal = Self::principal(ctx);
         let connection_id = principal.map(|p| p.context.connection_id.to_string());
         let db_round_trips = principal.map(|p| p.trips.count());
@@ -501,7 +498,7 @@ impl ServerHandler for QueryLayerMcp {
             Err(error) => return Err(error.to_mcp_error()),
         };
         let call = Self::tool_call(&ctx, fingerprint, "read_resource", started, None);
-        let outcome = self.db(&ctx).tool_call(&call, &Call::new(function)).await;
+        let outcome = self.db(&ctx).tool_call::<serde_json::Value>(&call, &Call::new(function)).await;
         drop(permit);
         if let (Err(error), Some(principal)) = (&outcome, Self::principal(&ctx)) {
             if error.code == Code::Unauthenticated {
