@@ -9,6 +9,7 @@ Every secret minted here is appended to $QUERYLAYER_TEST_SECRETS for the runner'
 import asyncio
 import json
 import os
+import pathlib
 import subprocess
 import uuid
 
@@ -22,13 +23,12 @@ BIN = os.environ["QUERYLAYER_BIN"]
 ADMIN_URL = os.environ["QUERYLAYER_ADMIN_URL"]
 SECRETS = os.environ["QUERYLAYER_TEST_SECRETS"]
 
-DEMO_QUESTION = "Where do fiscal capacity and energy burden overlap with health risk?"
-RESTRICTED = "sail.qg_lakehouse.haalsi_baseline__restricted_raw"
-DEMO_PLANS = [
-    "SELECT * FROM sail.qg_lakehouse.government_finance__countydata",
-    "SELECT `monthly_cost` FROM sail.qg_lakehouse.access_2018__access_data",
-    "SELECT SUM(total_revenue - mandated_spend) FROM sail.qg_lakehouse.government_finance__countydata",
-]
+# QueryGraph's own answer to the demo question, recorded from the reference (semantics/testdata).
+REFERENCE = json.loads(
+    (pathlib.Path(__file__).resolve().parents[3] / "semantics" / "testdata" / "reference_demo_answer.json").read_text())
+DEMO_QUESTION = REFERENCE["question"]
+(RESTRICTED,) = REFERENCE["denied_sources"]
+DEMO_PLANS = [p["sql"] for p in REFERENCE["plans"]]
 SEMANTIC_TOOLS = {"search_semantic_model", "resolve_metric", "check_access", "build_navigator_bundle",
                   "answer_question", "run_qglake_story", "verify_envelope"}
 READ_TOOLS = {"querylayer_site_context", "querylayer_list_content", "querylayer_list_proposals"}

@@ -36,18 +36,13 @@ from querylayer_client import mint_envelope_header as mint_v2
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 VENDOR = ROOT / "tests" / "fixtures" / "vendor"
 LOGS = pathlib.Path(SECRETS).parent
-DEMO_QUESTION = "Where do fiscal capacity and energy burden overlap with health risk?"
-RESTRICTED = "sail.qg_lakehouse.haalsi_baseline__restricted_raw"
-DEMO_PLANS = [
-    "SELECT * FROM sail.qg_lakehouse.government_finance__countydata",
-    "SELECT `monthly_cost` FROM sail.qg_lakehouse.access_2018__access_data",
-    "SELECT SUM(total_revenue - mandated_spend) FROM sail.qg_lakehouse.government_finance__countydata",
-]
-DEMO_ANSWER = (
-    "Answerable from governed sources sail.qg_lakehouse.access_2018__access_data, "
-    "sail.qg_lakehouse.government_finance__countydata via 3 planned queries. Restricted sources were denied "
-    "with receipts: sail.qg_lakehouse.haalsi_baseline__restricted_raw."
-)
+# QueryGraph's own answer to the demo question, recorded from the reference (semantics/testdata):
+# the governed answer gives the same plans, denials and text.
+REFERENCE = json.loads((ROOT / "semantics" / "testdata" / "reference_demo_answer.json").read_text())
+DEMO_QUESTION = REFERENCE["question"]
+(RESTRICTED,) = REFERENCE["denied_sources"]
+DEMO_PLANS = [p["sql"] for p in REFERENCE["plans"]]
+DEMO_ANSWER = REFERENCE["answer"]
 
 
 def free_port() -> int:
