@@ -296,9 +296,9 @@ const RECORD_REFUSED_TOOL_CALL: &str = "SELECT querylayer_api.record_refused_too
 const RECORD_REPLICA_READ: &str = "SELECT querylayer_api.record_replica_read($1, $2, $3, $4, $5)";
 
 /// What became of a read sent to the standby (`Db::replica_read`).
-pub enum FromStandby {
+pub enum FromStandby<T> {
     /// Answered there and audited here.
-    Served(Value),
+    Served(T),
     /// The standby could not serve it (the primary does); `unreachable`: it could not be reached.
     Unserved { unreachable: bool },
 }
@@ -609,24 +609,23 @@ impl Db {
     /// then its audit row on this, the primary, before the answer is given. `Unserved`: the
     /// standby cannot serve it (behind, read-only refusal of a write, unreachable): serve it here. A
     /// governed refusal on the standby is the call's refusal, recorded here as every refusal.
-    pub async fn replica_read(
+    pub async fn replica_read<T: DeserializeOwned>(
         &self,
         replica: &Db,
         tool: &ToolCall,
         call: &Call,
         floor: &str,
-    ) -> Result<FromStandby, Error> {
+    ) -> Result<FromStandby<T>, Error> {
         let read = async {
             let client = replica.client().await?;
             let statement = replica.prepare(&client.statement_cache, &client, &call.replica_sql()).await?;
             let fingerprint = tool.fingerprint.as_bytes();
             let params: Vec<&(dyn ToSql + Sync)> = vec![&fingerprint, &tool.tool, &floor];
-            let row = self.query_call(&client, &statement, params, call).await?;
-            Ok::<Value, Error>(row.get::<_, Option<Value>>(0).unwrap_or(Value::Null))
+            self.query_call(&client, &statement, params, call).await
         }
         .await;
-        let value = match read {
-            Ok(value) => value,
+        let row = match read {
+            Ok(row) => row,
             Err(e) if e.cannot_serve_here() => {
                 tracing::debug!(code = e.code.as_str(), error = %e.with_cause(), "the standby cannot serve the read; the primary does");
                 return Ok(FromStandby::Unserved { unreachable: e.code == crate::error::Code::Unavailable });
@@ -651,7 +650,7 @@ impl Db {
         }
         .await;
         match recorded {
-            Ok(()) => Ok(FromStandby::Served(value)),
+            Ok(()) => Ok(FromStandby::Served(read_json(&row)?)),
             Err(e) => {
                 self.after_refusal(tool, &Err::<(), _>(Error::clone_of(&e))).await;
                 Err(e)
@@ -865,19 +864,15 @@ impl Db {
     }
 }
 
-/// What `close_tool_call` returned in `row`: the answer, read straight from the bytes the
-/// database sent into the caller's type (no intermediate JSON tree), and whether it is the one
-/// stored under the key. A mismatch is a contract break, as in `parse`.
+/// What `close_tool_call` returned in `row`: the answer, in the caller's type, and whether it
+/// is the one stored under the key.
 fn closed<T: DeserializeOwned>(row: &tokio_postgres::Row) -> Result<(T, Answered), Error> {
     #[derive(Deserialize)]
     struct Closed<T> {
         value: T,
         replayed: bool,
     }
-    let closed = row
-        .try_get::<_, tokio_postgres::types::Json<Closed<T>>>(0)
-        .map_err(|e| Error::internal(format!("unexpected result shape from querylayer_api: {e}")))?
-        .0;
+    let closed: Closed<T> = read_json(row)?;
     Ok((closed.value, if closed.replayed { Answered::Before } else { Answered::Now }))
 }
 
@@ -909,8 +904,17 @@ impl From<tokio_postgres::Error> for MemberRefusal {
 /// Reads a function's JSON result into the edge's typed view of it. A mismatch is a contract
 /// break between the edge and the SQL surface: an internal error, logged with its detail.
 pub fn parse<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
-    serde_json::from_value(value)
-        .map_err(|e| Error::internal(format!("unexpected result shape from querylayer_api: {e}")))
+    serde_json::from_value(value).map_err(unexpected_shape)
+}
+
+/// The JSON of `row`'s first column read straight from the bytes the database sent into `T`,
+/// with no JSON tree in between; a mismatch is a contract break, as in `parse`.
+fn read_json<T: DeserializeOwned>(row: &tokio_postgres::Row) -> Result<T, Error> {
+    row.try_get::<_, tokio_postgres::types::Json<T>>(0).map(|json| json.0).map_err(unexpected_shape)
+}
+
+fn unexpected_shape(e: impl std::fmt::Display) -> Error {
+    Error::internal(format!("unexpected result shape from querylayer_api: {e}"))
 }
 
 #[cfg(test)]

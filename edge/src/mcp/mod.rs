@@ -42,7 +42,7 @@ use serde::de::DeserializeOwned;
 use crate::auth::{self, Principal};
 use crate::bulkhead::{Access, SiteLimits};
 use crate::config::HttpConfig;
-use crate::db::{parse, Answered, Call, Db, Fingerprint, FromStandby, ToolCall};
+use crate::db::{Answered, Call, Db, Fingerprint, FromStandby, ToolCall};
 use crate::error::{Code, Error, TOOL_ERROR_META_KEY};
 use crate::limits;
 use crate::state::AppState;
@@ -350,7 +350,7 @@ impl QueryLayerMcp {
                             if let Some(standby) = &standby {
                                 standby.store(true, Ordering::Relaxed);
                             }
-                            return Ok((parse::<T>(value)?, Answered::Now));
+                            return Ok((value, Answered::Now));
                         }
                         FromStandby::Unserved { unreachable: true } => replica.unreachable(),
                         FromStandby::Unserved { unreachable: false } => {}
