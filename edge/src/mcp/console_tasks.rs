@@ -2,7 +2,7 @@
 //! versioned task plan, and receives and reports one dependency-ready step at a time
 //! (docs/console.md). The scheduling, retries and fail-closed checks are the database's.
 
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::output::Json;
 use super::QueryLayerMcp;
 use crate::db::Call;
 

@@ -1,6 +1,6 @@
 //! Content tools: read the site's items, write draft revisions (which never publish).
 
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::output::Json;
 use super::QueryLayerMcp;
 use crate::db::Call;
 

@@ -88,10 +88,14 @@ impl McpService {
         ctx.meta = std::mem::take(request.get_meta_mut());
         ctx.extensions = std::mem::take(request.extensions_mut());
         ctx.extensions.insert(parts);
+        ctx.extensions.insert(super::output::Direct);
         let server = self.0.server.clone();
         let handled = tokio::spawn(async move { server.handle_request(request, ctx).await }).await;
         let message = match handled {
-            Ok(Ok(result)) => ServerJsonRpcMessage::response(result, id),
+            Ok(Ok(result)) => match super::output::response_body(&result, &id) {
+                Some(body) => return json_response(StatusCode::OK, Body::from(body)),
+                None => ServerJsonRpcMessage::response(result, id),
+            },
             Ok(Err(error)) => ServerJsonRpcMessage::error(error, Some(id)),
             Err(_) => {
                 ServerJsonRpcMessage::error(McpError::internal_error("the tool call failed", None), Some(id))
@@ -101,15 +105,10 @@ impl McpService {
             (ServerJsonRpcMessage::Error(e), Lifecycle::Inline) => status_of(e.error.code),
             _ => StatusCode::OK,
         };
-        let (status, body) = match serde_json::to_vec(&message) {
-            Ok(body) => (status, Body::from(body)),
-            Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, Body::empty()),
-        };
-        Response::builder()
-            .status(status)
-            .header(header::CONTENT_TYPE, JSON)
-            .body(body)
-            .expect("a valid response")
+        match serde_json::to_vec(&message) {
+            Ok(body) => json_response(status, Body::from(body)),
+            Err(_) => json_response(StatusCode::INTERNAL_SERVER_ERROR, Body::empty()),
+        }
     }
 
     async fn by_rmcp(&self, request: Request<Body>) -> Response {
@@ -127,6 +126,14 @@ impl McpService {
         });
         idle.peer.clone()
     }
+}
+
+fn json_response(status: StatusCode, body: Body) -> Response {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, JSON)
+        .body(body)
+        .expect("a valid response")
 }
 
 /// The HTTP status rmcp gives a 2026-07-28 request's JSON-RPC error (`jsonrpc_http_status`).

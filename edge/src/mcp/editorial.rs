@@ -2,7 +2,7 @@
 //! briefs. Agents read them and propose; the map changes, and a brief is commissioned, only when
 //! a member approves a typed proposal.
 
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::output::Json;
 use super::proposals::Proposal;
 use super::QueryLayerMcp;
 use crate::db::Call;

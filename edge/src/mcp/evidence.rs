@@ -3,7 +3,7 @@
 //! only; what the re-verification worker observed stays with the members who review it.
 
 use chrono::{DateTime, Utc};
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::output::Json;
 use super::QueryLayerMcp;
 use crate::db::Call;
 

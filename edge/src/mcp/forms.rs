@@ -2,13 +2,14 @@
 //! form, decision and reason. No payload, contact detail, actor, network marker or raw signal
 //! ever reaches an agent.
 
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::output::Json;
 use super::QueryLayerMcp;
 use crate::db::Call;
 

@@ -11,6 +11,7 @@ mod direct;
 mod editorial;
 mod evidence;
 mod forms;
+mod output;
 mod proposals;
 mod reading;
 pub mod registry;
@@ -25,9 +26,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::{middleware, Router};
+use output::Json;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
-use rmcp::handler::server::wrapper::Json;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
@@ -550,6 +551,7 @@ impl ServerHandler for QueryLayerMcp {
             ctx.extensions.insert(WriteRequest { sha256, replayed: replayed.clone() });
         }
         let span = crate::telemetry::tool_span(tool, ctx.extensions.get());
+        let direct = ctx.extensions.get::<output::Direct>().is_some();
         let response =
             tracing::Instrument::instrument(self.tools.call(ToolCallContext::new(self, request, ctx)), span)
                 .await;
@@ -561,6 +563,8 @@ impl ServerHandler for QueryLayerMcp {
             return Err(error);
         }
         let Some(detail) = argument_error(&response) else {
+            // The direct path writes the output's text as its structured content; rmcp needs it read.
+            let response = if direct { response } else { output::fill_structured(response) };
             return Ok(if replayed.load(Ordering::Relaxed) { mark_replayed(response) } else { response });
         };
         let fields = match self.tools.get(tool) {

@@ -1,7 +1,7 @@
 //! Reading content: a revision with its fields, an item's revision history, and the site's
 //! templates with their fields, so an agent can read what it drafts against and what is live.
 
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
@@ -11,6 +11,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::content::ContentItem;
+use super::output::Json;
 use super::QueryLayerMcp;
 use crate::db::Call;
 

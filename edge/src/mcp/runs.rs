@@ -1,7 +1,7 @@
 //! Run tools: the governed run lifecycle (begin → immutable artifacts → one terminal outcome) and
 //! the site's runs.
 
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::output::Json;
 use super::QueryLayerMcp;
 use crate::db::Call;
 

@@ -3,7 +3,7 @@
 //! Names follow QueryGraph's MCP surface (the seed lists `search_semantic_model` and
 //! `search_semantic_models`; the singular is the one kept). Every decision is the database's.
 
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::output::Json;
 use super::QueryLayerMcp;
 use crate::answer::answer;
 use crate::db::Call;

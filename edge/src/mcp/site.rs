@@ -1,12 +1,13 @@
 //! Site tools: what this connection is bound to.
 
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::output::Json;
 use super::QueryLayerMcp;
 use crate::db::Call;
 

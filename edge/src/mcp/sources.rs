@@ -2,7 +2,7 @@
 //! staging ledger, read it, and turn valid staged records into an inert proposal. Staging
 //! creates no content, revision, proposal or publishing job.
 
-use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::output::Json;
 use super::proposals::Proposal;
 use super::QueryLayerMcp;
 use crate::db::Call;
