@@ -184,6 +184,7 @@ fn main() -> ExitCode {
             }
         }
     });
+    querylayer_edge::telemetry::flush_logs();
     ExitCode::from(code as u8)
 }
 
@@ -204,6 +205,7 @@ fn quiet_on_broken_pipe() {
         if writing && (message.contains("Broken pipe") || message.contains("BrokenPipe")) {
             std::process::exit(0);
         }
+        querylayer_edge::telemetry::flush_logs();
         report(info);
     }));
 }

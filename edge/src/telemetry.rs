@@ -11,7 +11,9 @@
 //!   spans rather than slow a request. A W3C `traceparent` header continues the caller's trace.
 
 use std::cell::Cell;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::Request;
@@ -47,15 +49,24 @@ pub struct RequestSpan {
     pub request_id: String,
 }
 
-/// Logs go to stderr (stdout is the protocol channel of `mcp-serve`). Filter with
-/// QUERYLAYER_LOG (tracing's env-filter syntax). Commands other than `serve` send no traces.
+/// Logs go to stderr (stdout is the protocol channel of `mcp-serve`), a line at a time. Filter
+/// with QUERYLAYER_LOG (tracing's env-filter syntax). Commands other than `serve` send no traces.
 pub fn init_logging(format: LogFormat) {
-    init(format, None)
+    init_with(format, None, Stderr { batched: false })
 }
 
-/// Logs to stderr (stdout is the protocol channel of `mcp-serve`), filtered with
-/// QUERYLAYER_LOG (tracing's env-filter syntax); with `otlp`, spans to that OTLP/HTTP endpoint.
+/// The logs of `serve`: to stderr, filtered with QUERYLAYER_LOG (tracing's env-filter syntax),
+/// batched when stderr is not a terminal (`Stderr`); with `otlp`, spans to that OTLP/HTTP
+/// endpoint. Call `flush_logs` before the process ends.
 pub fn init(format: LogFormat, otlp: Option<&str>) {
+    let batched = !std::io::stderr().is_terminal();
+    if batched {
+        LOG_LINES.start();
+    }
+    init_with(format, otlp, Stderr { batched })
+}
+
+fn init_with(format: LogFormat, otlp: Option<&str>, writer: Stderr) {
     let filter = EnvFilter::try_from_env("QUERYLAYER_LOG").unwrap_or_else(|_| {
         EnvFilter::new("info,rmcp=warn,tower_http=warn,deadpool=warn,tokio_postgres=warn")
     });
@@ -65,7 +76,7 @@ pub fn init(format: LogFormat, otlp: Option<&str>) {
         }))
     });
     let registry = tracing_subscriber::registry().with(traces);
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = tracing_subscriber::fmt::layer().with_writer(writer);
     let _ = match format {
         LogFormat::Json => registry
             .with(
@@ -83,6 +94,115 @@ pub fn init(format: LogFormat, otlp: Option<&str>) {
     if let Some(endpoint) = otlp {
         tracing::info!(endpoint, "sending traces over OTLP/HTTP");
     }
+}
+
+/// Where log lines go: stderr, a line at a time, or batched. A batched line is appended to
+/// `LOG_LINES` and reaches stderr within `FLUSH_AFTER` (one write for all the lines of that time,
+/// where a line at a time is one system call a line, two a tool call); a warning or an error
+/// writes out the batch at once, with itself last, and so does a batch past `FLUSH_BYTES`.
+#[derive(Clone, Copy)]
+struct Stderr {
+    batched: bool,
+}
+
+/// One line's writer (tracing-subscriber formats a line, writes it with one `write_all`, drops
+/// the writer).
+struct Line {
+    batched: bool,
+    urgent: bool,
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Stderr {
+    type Writer = Line;
+
+    fn make_writer(&'a self) -> Line {
+        Line { batched: self.batched, urgent: true }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Line {
+        Line { batched: self.batched, urgent: *meta.level() <= tracing::Level::WARN }
+    }
+}
+
+impl std::io::Write for Line {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.batched {
+            LOG_LINES.append(bytes, self.urgent);
+            Ok(bytes.len())
+        } else {
+            std::io::stderr().write(bytes)
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+const FLUSH_AFTER: Duration = Duration::from_millis(50);
+const FLUSH_BYTES: usize = 64 * 1024;
+
+/// The lines not yet written, and the thread that writes them (parked while there are none).
+struct Batch {
+    lines: Mutex<Vec<u8>>,
+    waiting: AtomicBool,
+    writer: OnceLock<std::thread::Thread>,
+}
+
+static LOG_LINES: Batch =
+    Batch { lines: Mutex::new(Vec::new()), waiting: AtomicBool::new(false), writer: OnceLock::new() };
+
+impl Batch {
+    fn start(&'static self) {
+        self.writer.get_or_init(|| {
+            std::thread::Builder::new()
+                .name("log-writer".into())
+                .spawn(move || loop {
+                    std::thread::park();
+                    if self.waiting.load(Ordering::SeqCst) {
+                        std::thread::sleep(FLUSH_AFTER);
+                        // Cleared before the write: a line appended from here on wakes this
+                        // thread again, so none waits longer than one more round.
+                        self.waiting.store(false, Ordering::SeqCst);
+                        self.write_out();
+                    }
+                })
+                .expect("the log writer thread")
+                .thread()
+                .clone()
+        });
+    }
+
+    fn append(&self, bytes: &[u8], urgent: bool) {
+        let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        lines.extend_from_slice(bytes);
+        if urgent || lines.len() >= FLUSH_BYTES {
+            write_lines(&mut lines);
+            return;
+        }
+        drop(lines);
+        if !self.waiting.swap(true, Ordering::SeqCst) {
+            if let Some(writer) = self.writer.get() {
+                writer.unpark();
+            }
+        }
+    }
+
+    fn write_out(&self) {
+        write_lines(&mut self.lines.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+}
+
+fn write_lines(lines: &mut Vec<u8>) {
+    if !lines.is_empty() {
+        let _ = std::io::stderr().write_all(lines);
+        lines.clear();
+    }
+}
+
+/// Writes out the log lines still batched: before the process ends, and before a panic's report.
+pub fn flush_logs() {
+    LOG_LINES.write_out();
 }
 
 fn sane_request_id(value: &str) -> bool {

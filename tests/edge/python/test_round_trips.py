@@ -74,13 +74,15 @@ def tool_calls(path: pathlib.Path, connection_id: str) -> list[dict]:
     return lines
 
 
-def trips_of_last(path: pathlib.Path, connection_id: str, tool: str) -> int:
-    for _ in range(50):
+def trips_of_call(path: pathlib.Path, connection_id: str, tool: str, n: int) -> int:
+    """The round trips of the connection's n-th call of `tool` (from 1). The edge batches its log
+    lines (they reach the file within 50 ms), so this waits for that call's own line."""
+    for _ in range(100):
         lines = [r for r in tool_calls(path, connection_id) if r["tool"] == tool]
-        if lines:
-            return lines[-1]["db_round_trips"]
+        if len(lines) >= n:
+            return lines[n - 1]["db_round_trips"]
         time.sleep(0.05)
-    raise AssertionError(f"no tool call line for {tool}")
+    raise AssertionError(f"no tool call line for call {n} of {tool}")
 
 
 def test_a_tool_call_is_one_round_trip_and_a_refused_one_two(edge):
@@ -91,31 +93,31 @@ def test_a_tool_call_is_one_round_trip_and_a_refused_one_two(edge):
     # The first call of a connection the edge has not seen authenticates in the middleware too,
     # and prepares its statement: more than one round trip.
     call(url, secret, "querylayer_list_content", {"limit": 5})
-    first = trips_of_last(path, connection_id, "querylayer_list_content")
+    first = trips_of_call(path, connection_id, "querylayer_list_content", 1)
     assert first > 1, first
 
     # A read tool: one statement (authenticate, the call, the audit row).
     result = call(url, secret, "querylayer_list_content", {"limit": 5})
     assert not result.get("isError"), result
-    assert trips_of_last(path, connection_id, "querylayer_list_content") == 1
+    assert trips_of_call(path, connection_id, "querylayer_list_content", 2) == 1
 
     # A write tool, with and without an idempotency key: one statement each, once prepared.
     for _ in range(2):
         result = call(url, secret, "querylayer_begin_run", {"run_type": "round.trips"})
         assert not result.get("isError"), result
-    assert trips_of_last(path, connection_id, "querylayer_begin_run") == 1
+    assert trips_of_call(path, connection_id, "querylayer_begin_run", 2) == 1
     keyed = {"run_type": "round.trips", "idempotency_key": str(uuid.uuid4())}
     call(url, secret, "querylayer_begin_run", keyed)
     replay = call(url, secret, "querylayer_begin_run", keyed)
     assert replay["_meta"]["querylayer/idempotent-replay"] is True
-    assert trips_of_last(path, connection_id, "querylayer_begin_run") == 1
+    assert trips_of_call(path, connection_id, "querylayer_begin_run", 4) == 1
 
     # A refused call: the statement, then the refusal's record in a statement of its own.
     missing = {"run_id": str(uuid.uuid4()), "outcome": "completed"}
     for _ in range(2):
         refused = call(url, secret, "querylayer_finish_run", missing)
         assert refused["isError"] is True
-    assert trips_of_last(path, connection_id, "querylayer_finish_run") == 2
+    assert trips_of_call(path, connection_id, "querylayer_finish_run", 2) == 2
 
     # Every call is in the audit trail, with its outcome and code: nothing was lost by folding
     # the call into one statement.
