@@ -126,6 +126,8 @@ GRANT USAGE ON SCHEMA querylayer_api TO querylayer_owner, querylayer_edge, query
 -- The version of the extension's SQL objects in this database (ALTER EXTENSION … UPDATE moves it;
 -- the shared library may be newer until then).
 CREATE FUNCTION querylayer.installed_version() RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'querylayer'
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'querylayer');
+END
 $$;

@@ -169,9 +169,11 @@ END
 $$;
 
 CREATE FUNCTION querylayer.page_cursor(p_list text, p_key text, p_id uuid) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT pg_catalog.translate(pg_catalog.encode(pg_catalog.convert_to(
-               pg_catalog.jsonb_build_array(p_list, p_key, p_id)::text, 'UTF8'), 'base64'), E'+/=\n', '-_')
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN pg_catalog.translate(pg_catalog.encode(pg_catalog.convert_to(
+               pg_catalog.jsonb_build_array(p_list, p_key, p_id)::text, 'UTF8'), 'base64'), E'+/=\n', '-_');
+END
 $$;
 
 -- The position a cursor of p_list names: the sort key (as text) and the id of the last row seen.
@@ -205,18 +207,22 @@ $$;
 -- One page: p_rows holds the first p_limit + 1 rows in list order, each {item, key, id}; the
 -- answer is {<p_name>: the first p_limit items, next_cursor}.
 CREATE FUNCTION querylayer.page(p_list text, p_name text, p_limit integer, p_rows jsonb) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT pg_catalog.jsonb_build_object(
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN pg_catalog.jsonb_build_object(
         p_name, coalesce((SELECT pg_catalog.jsonb_agg(r.value->'item' ORDER BY r.o)
                             FROM pg_catalog.jsonb_array_elements(coalesce(p_rows, '[]')) WITH ORDINALITY AS r(value, o)
                            WHERE r.o <= p_limit), '[]'),
         'next_cursor', CASE WHEN pg_catalog.jsonb_array_length(coalesce(p_rows, '[]')) > p_limit THEN
                            querylayer.page_cursor(p_list, p_rows->(p_limit - 1)->>'key', (p_rows->(p_limit - 1)->>'id')::uuid)
-                       END)
+                       END);
+END
 $$;
 
 -- A timestamp as a sort key: ISO 8601 with microseconds, whatever the session's DateStyle.
 CREATE FUNCTION querylayer.page_key(p_at timestamptz) RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT pg_catalog.to_jsonb(p_at) #>> '{}'
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN pg_catalog.to_jsonb(p_at) #>> '{}';
+END
 $$;

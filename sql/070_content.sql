@@ -246,10 +246,12 @@ CREATE TRIGGER content_items_no_truncate BEFORE TRUNCATE ON querylayer.content_i
 ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_no_truncate;
 
 CREATE FUNCTION querylayer.content_state(p_item querylayer.content_items) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN p_item.archived_at IS NOT NULL THEN 'archived'
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN CASE WHEN p_item.archived_at IS NOT NULL THEN 'archived'
                 WHEN p_item.published_revision_id IS NOT NULL THEN 'published'
-                ELSE 'draft' END
+                ELSE 'draft' END;
+END
 $$;
 
 CREATE FUNCTION querylayer.content_json(p_item querylayer.content_items) RETURNS jsonb

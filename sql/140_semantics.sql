@@ -223,8 +223,10 @@ $$;
 
 -- With no rights document every decision denies (the engine reads an empty document as such).
 CREATE FUNCTION querylayer.rights_or_empty(p querylayer.rights_documents) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT coalesce(p.document, '{}'::jsonb)
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN coalesce(p.document, '{}'::jsonb);
+END
 $$;
 
 CREATE FUNCTION querylayer.record_receipts(p_receipts jsonb, p_for text, p_purpose text, p_answer_id uuid, p_rights_id uuid) RETURNS void

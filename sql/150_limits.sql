@@ -48,11 +48,13 @@ INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_byte
 
 -- The size a value takes as its caller sent it: a string's UTF-8 bytes, any other value's JSON text.
 CREATE FUNCTION querylayer.value_bytes(p_value jsonb) RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE jsonb_typeof(p_value)
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN CASE jsonb_typeof(p_value)
                WHEN 'string' THEN octet_length(p_value #>> '{}')
                WHEN 'null' THEN 0
-               ELSE octet_length(p_value::text) END
+               ELSE octet_length(p_value::text) END;
+END
 $$;
 
 CREATE FUNCTION querylayer.enforce_value_limits() RETURNS trigger

@@ -3,7 +3,9 @@
 
 #[pgrx::pg_schema]
 mod tests {
-    use crate::pg_tests::helpers::{as_edge, authenticate, demo, demo_secret, failure, json, text};
+    use crate::pg_tests::helpers::{
+        as_edge, authenticate, demo, demo_secret, failure, fingerprint, json, text,
+    };
     use pgrx::prelude::*;
 
     #[pg_test]
@@ -135,5 +137,52 @@ mod tests {
             assert_eq!(failure(&format!("SELECT querylayer_api.list_lineage(NULL, {limit})")), runs);
         }
         Spi::run("SELECT querylayer_api.list_lineage(NULL, 500)").unwrap();
+    }
+
+    /// Every function of the schemas pins its search_path (sql/990_privileges.sql), so an
+    /// SQL-language one is never inlined and is parsed and planned again in every transaction;
+    /// what a request runs is PL/pgSQL or the extension's. A tool call's statement, the run
+    /// workflow, a draft, the lists and an answer call no SQL-language function.
+    #[pg_test]
+    fn a_request_calls_no_sql_language_function() {
+        let (secret, _) = demo();
+        let fp = fingerprint(&secret);
+        Spi::run("SET LOCAL track_functions = 'all'").unwrap();
+        json(&format!(
+            "SELECT querylayer_api.close_tool_call(o, to_jsonb(querylayer_api.list_content(p_limit => 1)), 0)
+               FROM querylayer_api.open_tool_call({fp}, 'querylayer_list_content') AS o"
+        ));
+        authenticate(&secret);
+        let run = json("SELECT querylayer_api.begin_run('sql.functions')");
+        let run_id = run["run_id"].as_str().unwrap();
+        json(&format!("SELECT querylayer_api.record_artifact('{run_id}', 'k', '{{\"words\": 1}}')"));
+        let draft = json(&format!(
+            "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"T\", \"body\": \"B\"}}', NULL, 'sql-functions')"
+        ));
+        json(&format!(
+            "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"T2\", \"body\": \"B2\"}}', '{}')",
+            draft["content_id"].as_str().unwrap()
+        ));
+        json(&format!(
+            "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"U\", \"body\": \"B\"}}', NULL, 'sql-functions-2')"
+        ));
+        json("SELECT querylayer_api.begin_run('sql.functions.two')");
+        for list in ["list_content(p_limit => 1)", "list_runs(p_limit => 1)"] {
+            let page = json(&format!("SELECT querylayer_api.{list}"));
+            assert!(page["next_cursor"].is_string(), "{list} has a next page: {page}");
+        }
+        json(&format!("SELECT querylayer_api.finish_run('{run_id}', 'completed', 'done')"));
+        json("SELECT querylayer_api.answer_question('Where do fiscal capacity and energy burden overlap with health risk?')");
+        let counted = |language: &str| {
+            text(&format!(
+                "SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid::regprocedure::text), '')
+                   FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                  WHERE p.pronamespace IN ('querylayer'::regnamespace, 'querylayer_api'::regnamespace)
+                    AND l.lanname = '{language}' AND pg_stat_get_xact_function_calls(p.oid) > 0"
+            ))
+        };
+        // The count is live: the PL/pgSQL functions the calls ran are in it.
+        assert!(counted("plpgsql").contains("querylayer_api.record_artifact("), "{}", counted("plpgsql"));
+        assert_eq!(counted("sql"), "", "SQL-language functions a request ran");
     }
 }
