@@ -66,8 +66,10 @@ $$;
 
 -- The SHA-256 (hex) of the body an envelope-derived context was signed for, or NULL.
 CREATE FUNCTION querylayer.signed_body_sha256() RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT querylayer.ctx_envelope_route()->>'body_sha256'
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN querylayer.ctx_envelope_route()->>'body_sha256';
+END
 $$;
 
 -- Requires an authenticated member whose role on the context's site is one of p_roles.

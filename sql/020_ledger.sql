@@ -27,8 +27,9 @@
 -- link columns go from NULL to a record hash of the previous one and the record's content hash,
 -- and nothing else changes. (A table without link columns never qualifies.)
 CREATE FUNCTION querylayer.is_seal(p_old jsonb, p_new jsonb) RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT coalesce(p_old->'chain_seq' = 'null'::jsonb AND p_old->'prev_sha256' = 'null'::jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN coalesce(p_old->'chain_seq' = 'null'::jsonb AND p_old->'prev_sha256' = 'null'::jsonb
                AND p_old->'record_sha256' = 'null'::jsonb
                AND jsonb_typeof(p_new->'chain_seq') = 'number'
                AND left(p_new->>'prev_sha256', 2) = '\x' AND left(p_new->>'record_sha256', 2) = '\x'
@@ -36,7 +37,8 @@ LANGUAGE sql IMMUTABLE AS $$
                AND p_old - ARRAY['chain_seq', 'prev_sha256', 'record_sha256'] = p_new - ARRAY['chain_seq', 'prev_sha256', 'record_sha256']
                AND pg_catalog.decode(substr(p_new->>'record_sha256', 3), 'hex')
                    = pg_catalog.sha256(pg_catalog.decode(substr(p_new->>'prev_sha256', 3), 'hex')
-                                       || pg_catalog.decode(substr(p_new->>'content_sha256', 3), 'hex')), false)
+                                       || pg_catalog.decode(substr(p_new->>'content_sha256', 3), 'hex')), false);
+END
 $$;
 
 CREATE FUNCTION querylayer.forbid_change() RETURNS trigger
@@ -104,15 +106,19 @@ SELECT querylayer.make_append_only('querylayer.ledger_forms'::regclass);
 -- (install and upgrade scripts change them, nothing else). Every other table holds data and is
 -- dumped by pg_dump (990_privileges.sql).
 CREATE FUNCTION querylayer.catalog_tables() RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT ARRAY['aging_tables', 'envelope_routes', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes',
-                 'task_operations', 'value_limits']
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN ARRAY['aging_tables', 'envelope_routes', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes',
+                 'task_operations', 'value_limits'];
+END
 $$;
 
 -- The columns make_chained adds: the chain itself and the record's form. No form hashes them.
 CREATE FUNCTION querylayer.ledger_chain_columns() RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT ARRAY['chain_seq', 'content_sha256', 'ledger_form', 'prev_sha256', 'record_sha256']
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN ARRAY['chain_seq', 'content_sha256', 'ledger_form', 'prev_sha256', 'record_sha256'];
+END
 $$;
 
 -- A restore (docs/operations.md): pg_restore as a superuser with session_replication_role =
@@ -131,8 +137,10 @@ END
 $$;
 
 CREATE FUNCTION querylayer.ledger_genesis(p_site uuid) RETURNS bytea
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT pg_catalog.sha256(pg_catalog.convert_to('querylayer-ledger-genesis:' || p_site::text, 'UTF8'))
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN pg_catalog.sha256(pg_catalog.convert_to('querylayer-ledger-genesis:' || p_site::text, 'UTF8'));
+END
 $$;
 
 -- The hashed content of a record: its fields p_fields (the row as jsonb, UTC timestamps),
@@ -256,7 +264,11 @@ $$;
 -- The most pending records one seal pass takes (a writer holding the head seals at most this
 -- many before its own record; the worker and seal_ledger take batch after batch).
 CREATE FUNCTION querylayer.seal_batch() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 1000 $$;
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN 1000;
+END
+$$;
 
 -- Seals p_site's committed pending records, at most p_max, in the order they were written: each
 -- takes the next number of the site's chain and links to the record before it, and the head
@@ -527,7 +539,11 @@ CREATE TABLE querylayer.aging_tables (
 
 -- The months kept ready ahead of time (the current one included).
 CREATE FUNCTION querylayer.partition_months_ahead() RETURNS integer
-LANGUAGE sql IMMUTABLE AS $$ SELECT 3 $$;
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN 3;
+END
+$$;
 
 -- Creates the default partition and the months from this one to partition_months_ahead()
 -- months ahead, for every aging table (or one). Returns the partitions it created. A month whose

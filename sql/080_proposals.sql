@@ -442,13 +442,16 @@ $$;
 -- proposal, made in this very transaction by the member acting now, and not executed yet?
 -- Types whose approval changes governed state when it executes.
 CREATE FUNCTION querylayer.executes_on_approval(p_type text) RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_type IN ('publish_lifecycle', 'content_lifecycle', 'topical_map')
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN p_type IN ('publish_lifecycle', 'content_lifecycle', 'topical_map');
+END
 $$;
 
 CREATE FUNCTION querylayer.decision_executable(p_decision uuid) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce((
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((
         SELECT d.decision = 'approved'
            AND querylayer.executes_on_approval(p.type)
            AND querylayer.ctx_kind() = 'member'
@@ -456,7 +459,8 @@ LANGUAGE sql STABLE AS $$
            AND d.xmin = pg_catalog.pg_current_xact_id()::xid
            AND NOT EXISTS (SELECT 1 FROM querylayer.proposal_executions e WHERE e.decision_id = d.id)
           FROM querylayer.proposal_decisions d JOIN querylayer.proposals p ON p.id = d.proposal_id
-         WHERE d.id = p_decision), false)
+         WHERE d.id = p_decision), false);
+END
 $$;
 
 -- Executes an approved decision under the mark, by type (the extension's execute_decision

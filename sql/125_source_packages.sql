@@ -37,8 +37,9 @@ SELECT querylayer.make_append_only('querylayer.content_source_records'::regclass
 
 -- Deterministic validation of one record: {problems, warnings} (problems make it invalid).
 CREATE FUNCTION querylayer.check_source_record(p_record jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN jsonb_typeof(p_record) <> 'object' THEN
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN CASE WHEN jsonb_typeof(p_record) <> 'object' THEN
         jsonb_build_object('problems', jsonb_build_array('the record is not an object'), 'warnings', '[]'::jsonb)
     ELSE jsonb_build_object(
         'problems', to_jsonb(array_remove(ARRAY[
@@ -52,7 +53,8 @@ LANGUAGE sql IMMUTABLE AS $$
             CASE WHEN NOT p_record ? 'author' THEN 'author: missing' END,
             CASE WHEN NOT p_record ? 'published_at' THEN 'published_at: missing'
                  WHEN (p_record->>'published_at') !~ '^\d{4}-\d{2}-\d{2}' THEN 'published_at: not an ISO 8601 date' END], NULL)))
-    END
+    END;
+END
 $$;
 
 CREATE FUNCTION querylayer.package_json(p_id uuid) RETURNS jsonb

@@ -104,8 +104,10 @@ $$;
 -- The first UTC day whose rejected events the retention window still covers (raw rejected
 -- events older than the window are purged; their day totals are no longer reported).
 CREATE FUNCTION querylayer.form_rejected_since() RETURNS date
-LANGUAGE sql STABLE AS $$
-    SELECT ((now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text))) AT TIME ZONE 'UTC')::date
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN ((now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text))) AT TIME ZONE 'UTC')::date;
+END
 $$;
 
 -- Aggregates only: by day, form, decision and reason, for the last p_days UTC days (today

@@ -631,12 +631,14 @@ $$;
 -- The public key material: the current did:key and every earlier one (for verifying older
 -- attestations). Callable without a context: these are public.
 CREATE FUNCTION querylayer_api.server_keys() RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT jsonb_build_object(
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN jsonb_build_object(
         'current', (SELECT did_key FROM querylayer.server_keys WHERE retired_at IS NULL),
         'envelope_recipient', (SELECT value #>> '{}' FROM querylayer.settings WHERE key = 'server_did'),
         'keys', (SELECT jsonb_agg(jsonb_build_object('did_key', did_key, 'created_at', created_at, 'retired_at', retired_at)
-                                  ORDER BY created_at) FROM querylayer.server_keys))
+                                  ORDER BY created_at) FROM querylayer.server_keys));
+END
 $$;
 
 -- Every stored lineage event with its attestation, for auditors and tests (connection context).

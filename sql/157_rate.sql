@@ -194,8 +194,10 @@ END
 $$;
 
 CREATE FUNCTION querylayer.is_write_scope(p_scope text) RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_scope LIKE '%:write' OR p_scope = 'publish:request'
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN p_scope LIKE '%:write' OR p_scope = 'publish:request';
+END
 $$;
 
 -- Spends one call of every budget of the context's connection that p_scope falls under, or
@@ -231,17 +233,20 @@ $$;
 -- A connection's budgets with what the current windows used: [{scope, period, max_calls, used,
 -- resets_at}].
 CREATE FUNCTION querylayer.budgets_json(p_connection uuid) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'scope', b.scope, 'period', b.period, 'max_calls', b.max_calls,
-               'used', coalesce(u.used, 0),
-               'resets_at', (date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') + ('1 ' || b.period)::interval)
-             ORDER BY b.scope, b.period), '[]'::jsonb)
-      FROM querylayer.connection_budgets b
-      LEFT JOIN querylayer.connection_budget_use u
-        ON u.connection_id = b.connection_id AND u.scope = b.scope AND u.period = b.period
-       AND u.window_start = date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-     WHERE b.connection_id = p_connection
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'scope', b.scope, 'period', b.period, 'max_calls', b.max_calls,
+                   'used', coalesce(u.used, 0),
+                   'resets_at', (date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') + ('1 ' || b.period)::interval)
+                 ORDER BY b.scope, b.period), '[]'::jsonb)
+          FROM querylayer.connection_budgets b
+          LEFT JOIN querylayer.connection_budget_use u
+            ON u.connection_id = b.connection_id AND u.scope = b.scope AND u.period = b.period
+           AND u.window_start = date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+         WHERE b.connection_id = p_connection);
+END
 $$;
 
 -- Sets (p_max_calls a number) or removes (NULL) one budget of a connection of the context's

@@ -48,8 +48,10 @@ CREATE INDEX proposal_executions_site_executed ON querylayer.proposal_executions
 
 -- The lookup key of a public site (the extension computes the same from the requested slug).
 CREATE FUNCTION querylayer.delivery_site_sha256(p_slug text) RETURNS bytea
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT pg_catalog.sha256(pg_catalog.convert_to('querylayer-delivery-site-v1:' || p_slug, 'UTF8'))
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN pg_catalog.sha256(pg_catalog.convert_to('querylayer-delivery-site-v1:' || p_slug, 'UTF8'));
+END
 $$;
 
 CREATE FUNCTION querylayer.require_delivery() RETURNS void

@@ -39,22 +39,26 @@ CREATE INDEX state_events_subject ON querylayer.state_events (site_id, subject, 
 
 -- The key of a live row (its row as jsonb).
 CREATE FUNCTION querylayer.live_state_key(p_subject text, p_row jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE p_subject WHEN 'topic_page' THEN (p_row->>'topic_id') || '/' || (p_row->>'content_id')
-                          ELSE p_row->>'id' END
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN CASE p_subject WHEN 'topic_page' THEN (p_row->>'topic_id') || '/' || (p_row->>'content_id')
+                          ELSE p_row->>'id' END;
+END
 $$;
 
 -- The governed state of a live row (its row as jsonb, timestamps in UTC): what its events record.
 -- The verifier (edge/src/ledger/verify.rs) reads the same fields.
 CREATE FUNCTION querylayer.live_state(p_subject text, p_row jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE p_subject
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN CASE p_subject
         WHEN 'content_item' THEN jsonb_build_object('published_revision_id', p_row->'published_revision_id',
                                                     'published_at', p_row->'published_at', 'archived_at', p_row->'archived_at')
         WHEN 'topic' THEN jsonb_build_object('slug', p_row->'slug', 'title', p_row->'title', 'parent_id', p_row->'parent_id')
         WHEN 'topic_page' THEN jsonb_build_object('topic_id', p_row->'topic_id', 'content_id', p_row->'content_id',
                                                   'role', p_row->'role')
-    END
+    END;
+END
 $$;
 
 -- AFTER trigger of the live tables (the subject follows from the table). A restore brings the
@@ -222,32 +226,37 @@ SELECT querylayer.make_append_only('querylayer.ledger_checkpoints'::regclass);
 
 -- A checkpoint as witnesses store it (ledger/src/checkpoint.rs).
 CREATE FUNCTION querylayer.checkpoint_json(p querylayer.ledger_checkpoints) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object(
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN jsonb_build_object(
         'format', 'querylayer-checkpoint-v1', 'site_id', p.site_id, 'seq', p.seq,
         'head_sha256', encode(p.head_sha256, 'hex'), 'tree_root', encode(p.tree_root, 'hex'),
         'checkpointed_at', querylayer.utc_text(p.checkpointed_at),
         'prev_checkpoint_sha256', encode(p.prev_sha256, 'hex'),
         'key', (SELECT k.did_key FROM querylayer.server_keys k WHERE k.id = p.server_key_id),
-        'signature', p.signature)
+        'signature', p.signature);
+END
 $$;
 
 -- The records of a site with chain_seq in ($2, $3] ($1 the site), from every chained table:
 -- table, id, chain columns, form, canonical form (the text content_sha256 hashes; NULL for an
 -- unknown form) and time. Run with TimeZone UTC.
 CREATE FUNCTION querylayer.ledger_records_sql() RETURNS text
-LANGUAGE sql STABLE AS $$
-    SELECT string_agg(format(
-             'SELECT %L::text AS tbl, t.id::text AS id, t.chain_seq, t.ledger_form, t.prev_sha256, t.content_sha256,
-                     t.record_sha256, (x.j - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(x.j) AS k
-                                                   WHERE NOT (k = ANY (f.fields))))::text AS canonical,
-                     coalesce(x.j->>''created_at'', x.j->>''started_at'', x.j->>''imported_at'', x.j->>''staged_at'',
-                              x.j->>''decided_at'', x.j->>''executed_at'', x.j->>''recorded_at'')::timestamptz AS recorded
-                FROM %s t CROSS JOIN LATERAL (SELECT to_jsonb(t) AS j) x
-                LEFT JOIN querylayer.ledger_forms f ON f.table_name = %L AND f.form = t.ledger_form
-               WHERE t.site_id = $1 AND t.chain_seq > $2 AND t.chain_seq <= $3', table_name, table_name, table_name),
-           ' UNION ALL ' ORDER BY table_name)
-      FROM querylayer.ledger_tables
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        SELECT string_agg(format(
+                 'SELECT %L::text AS tbl, t.id::text AS id, t.chain_seq, t.ledger_form, t.prev_sha256, t.content_sha256,
+                         t.record_sha256, (x.j - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(x.j) AS k
+                                                       WHERE NOT (k = ANY (f.fields))))::text AS canonical,
+                         coalesce(x.j->>''created_at'', x.j->>''started_at'', x.j->>''imported_at'', x.j->>''staged_at'',
+                                  x.j->>''decided_at'', x.j->>''executed_at'', x.j->>''recorded_at'')::timestamptz AS recorded
+                    FROM %s t CROSS JOIN LATERAL (SELECT to_jsonb(t) AS j) x
+                    LEFT JOIN querylayer.ledger_forms f ON f.table_name = %L AND f.form = t.ledger_form
+                   WHERE t.site_id = $1 AND t.chain_seq > $2 AND t.chain_seq <= $3', table_name, table_name, table_name),
+               ' UNION ALL ' ORDER BY table_name)
+          FROM querylayer.ledger_tables);
+END
 $$;
 
 -- Makes the site's next checkpoint, when its chain grew since the last one. Checks every record

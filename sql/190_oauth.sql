@@ -9,9 +9,11 @@
 -- The URL of a Client ID Metadata Document, as a client_id: https, a host, a path that is not
 -- the root, no fragment, user info, query or white space, at most 512 characters.
 CREATE FUNCTION querylayer.oauth_document_url_valid(p_url text) RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_url IS NOT NULL AND length(p_url) <= 512 AND p_url !~ '[[:space:][:cntrl:]#?@]'
-       AND p_url ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^/].*$'
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN p_url IS NOT NULL AND length(p_url) <= 512 AND p_url !~ '[[:space:][:cntrl:]#?@]'
+       AND p_url ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^/].*$';
+END
 $$;
 
 -- A client: registered through dynamic client registration (RFC 7591, a qlo_ id), or named by
@@ -153,27 +155,33 @@ $g$;
 -- A redirect URI a client may register: https anywhere (no fragment, no user info), or http on
 -- a loopback host for a native client (RFC 8252 §7.3; any port is matched at use).
 CREATE FUNCTION querylayer.oauth_redirect_uri_valid(p_uri text) RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_uri IS NOT NULL AND length(p_uri) <= 512 AND p_uri !~ '[[:space:][:cntrl:]#]'
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN p_uri IS NOT NULL AND length(p_uri) <= 512 AND p_uri !~ '[[:space:][:cntrl:]#]'
        AND (p_uri ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^@]*)?$'
-            OR p_uri ~ '^http://(127\.0\.0\.1|\[::1\]|localhost)(:[0-9]{1,5})?(/[^@]*)?$')
+            OR p_uri ~ '^http://(127\.0\.0\.1|\[::1\]|localhost)(:[0-9]{1,5})?(/[^@]*)?$');
+END
 $$;
 
 -- The redirect URI of a request matches a registered one exactly, except that the port of a
 -- loopback URI may differ (RFC 8252 §7.3).
 CREATE FUNCTION querylayer.oauth_redirect_uri_matches(p_registered text[], p_uri text) RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT p_uri = ANY (p_registered)
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN p_uri = ANY (p_registered)
         OR (p_uri ~ '^http://(127\.0\.0\.1|\[::1\]|localhost)(:[0-9]{1,5})?(/|$)'
             AND EXISTS (SELECT 1 FROM unnest(p_registered) r
                          WHERE regexp_replace(r, '^(http://(127\.0\.0\.1|\[::1\]|localhost))(:[0-9]{1,5})?', '\1')
-                             = regexp_replace(p_uri, '^(http://(127\.0\.0\.1|\[::1\]|localhost))(:[0-9]{1,5})?', '\1')))
+                             = regexp_replace(p_uri, '^(http://(127\.0\.0\.1|\[::1\]|localhost))(:[0-9]{1,5})?', '\1')));
+END
 $$;
 
 -- The S256 PKCE challenge of a verifier (RFC 7636 §4.2): BASE64URL(SHA-256(verifier)).
 CREATE FUNCTION querylayer.pkce_s256(p_verifier text) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT rtrim(translate(encode(sha256(convert_to(p_verifier, 'UTF8')), 'base64'), E'+/\n', '-_'), '=')
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    RETURN rtrim(translate(encode(sha256(convert_to(p_verifier, 'UTF8')), 'base64'), E'+/\n', '-_'), '=');
+END
 $$;
 
 -- Dynamic client registration (RFC 7591): anyone may register a public client; registering
@@ -212,13 +220,16 @@ $$;
 -- document. No row for an unknown client.
 CREATE FUNCTION querylayer.oauth_client_now(p_client_id text)
 RETURNS TABLE (client_id text, client_name text, redirect_uris text[], from_document boolean)
-LANGUAGE sql STABLE AS $$
-    SELECT c.client_id, coalesce(d.client_name, c.client_name), coalesce(d.redirect_uris, c.redirect_uris),
-           d.client_id IS NOT NULL
-      FROM querylayer.oauth_clients c
-      LEFT JOIN LATERAL (SELECT * FROM querylayer.oauth_client_documents x
-                          WHERE x.client_id = c.client_id ORDER BY x.fetched_at DESC LIMIT 1) d ON true
-     WHERE c.client_id = p_client_id
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY
+        SELECT c.client_id, coalesce(d.client_name, c.client_name), coalesce(d.redirect_uris, c.redirect_uris),
+               d.client_id IS NOT NULL
+          FROM querylayer.oauth_clients c
+          LEFT JOIN LATERAL (SELECT * FROM querylayer.oauth_client_documents x
+                              WHERE x.client_id = c.client_id ORDER BY x.fetched_at DESC LIMIT 1) d ON true
+         WHERE c.client_id = p_client_id;
+END
 $$;
 
 -- Records the Client ID Metadata Document the edge fetched from p_client_id (its JSON, as
@@ -392,12 +403,14 @@ $$;
 -- The token endpoint's answer (RFC 6749 §5.1), with the grant and connection for the audit.
 CREATE FUNCTION querylayer.oauth_token_answer(p_grant querylayer.oauth_grants, p_conn jsonb, p_refresh text,
                                               p_expires timestamptz) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object(
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN jsonb_build_object(
         'ok', true, 'grant_id', p_grant.id, 'connection_id', p_conn->'connection_id',
         'access_token', p_conn->'secret', 'token_type', 'Bearer',
         'expires_in', greatest(1, floor(extract(epoch FROM p_expires - now())))::bigint,
-        'refresh_token', p_refresh, 'scope', array_to_string(p_grant.scopes, ' '))
+        'refresh_token', p_refresh, 'scope', array_to_string(p_grant.scopes, ' '));
+END
 $$;
 
 -- A grant's next access token: its connection is revoked and a new one issued (an hour at most,

@@ -97,9 +97,8 @@ REVOKE EXECUTE ON FUNCTION querylayer.refuse_owner_ddl() FROM PUBLIC;
 -- operator inside them, not even when a superuser's own statement fires a trigger. (Functions in
 -- C that run SQL pin it in their Rust declaration.) The price of the pin for an SQL-language
 -- function: it is never inlined, and PostgreSQL parses and plans its body again in every
--- transaction (15-20 µs a call); a PL/pgSQL function keeps its plans for the session. So every
--- helper a request runs is PL/pgSQL; the tests hold a tool call, the governed writes and an
--- answer to calling no SQL-language function (pg_tests/context.rs).
+-- transaction that calls it (15-20 µs a call); a PL/pgSQL function keeps its plans for the
+-- session. So the schemas hold no SQL-language function (pg_tests/context.rs checks).
 DO $pin$
 DECLARE
     r record;

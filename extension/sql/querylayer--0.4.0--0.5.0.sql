@@ -385,20 +385,23 @@ REVOKE ALL ON FUNCTION querylayer.audit_failed_authentication(jsonb) FROM PUBLIC
 
 CREATE OR REPLACE FUNCTION querylayer.budgets_json(p_connection uuid)
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'scope', b.scope, 'period', b.period, 'max_calls', b.max_calls,
-               'used', coalesce(u.used, 0),
-               'resets_at', (date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') + ('1 ' || b.period)::interval)
-             ORDER BY b.scope, b.period), '[]'::jsonb)
-      FROM querylayer.connection_budgets b
-      LEFT JOIN querylayer.connection_budget_use u
-        ON u.connection_id = b.connection_id AND u.scope = b.scope AND u.period = b.period
-       AND u.window_start = date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-     WHERE b.connection_id = p_connection
+BEGIN
+    RETURN (
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+                   'scope', b.scope, 'period', b.period, 'max_calls', b.max_calls,
+                   'used', coalesce(u.used, 0),
+                   'resets_at', (date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') + ('1 ' || b.period)::interval)
+                 ORDER BY b.scope, b.period), '[]'::jsonb)
+          FROM querylayer.connection_budgets b
+          LEFT JOIN querylayer.connection_budget_use u
+            ON u.connection_id = b.connection_id AND u.scope = b.scope AND u.period = b.period
+           AND u.window_start = date_trunc(b.period, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+         WHERE b.connection_id = p_connection);
+END
 $function$;
 ALTER FUNCTION querylayer.budgets_json(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.budgets_json(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -437,12 +440,14 @@ REVOKE ALL ON FUNCTION querylayer.canonical_sha256(jsonb) FROM PUBLIC, querylaye
 
 CREATE OR REPLACE FUNCTION querylayer.catalog_tables()
  RETURNS text[]
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT ARRAY['aging_tables', 'envelope_routes', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes',
-                 'task_operations', 'value_limits']
+BEGIN
+    RETURN ARRAY['aging_tables', 'envelope_routes', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes',
+                 'task_operations', 'value_limits'];
+END
 $function$;
 ALTER FUNCTION querylayer.catalog_tables() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.catalog_tables() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -901,11 +906,12 @@ REVOKE ALL ON FUNCTION querylayer.check_slug(text,text) FROM PUBLIC, querylayer_
 
 CREATE OR REPLACE FUNCTION querylayer.check_source_record(p_record jsonb)
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT CASE WHEN jsonb_typeof(p_record) <> 'object' THEN
+BEGIN
+    RETURN CASE WHEN jsonb_typeof(p_record) <> 'object' THEN
         jsonb_build_object('problems', jsonb_build_array('the record is not an object'), 'warnings', '[]'::jsonb)
     ELSE jsonb_build_object(
         'problems', to_jsonb(array_remove(ARRAY[
@@ -919,7 +925,8 @@ AS $function$
             CASE WHEN NOT p_record ? 'author' THEN 'author: missing' END,
             CASE WHEN NOT p_record ? 'published_at' THEN 'published_at: missing'
                  WHEN (p_record->>'published_at') !~ '^\d{4}-\d{2}-\d{2}' THEN 'published_at: not an ISO 8601 date' END], NULL)))
-    END
+    END;
+END
 $function$;
 ALTER FUNCTION querylayer.check_source_record(jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.check_source_record(jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -1035,17 +1042,19 @@ REVOKE ALL ON FUNCTION querylayer.check_topical_changes(jsonb) FROM PUBLIC, quer
 
 CREATE OR REPLACE FUNCTION querylayer.checkpoint_json(p querylayer.ledger_checkpoints)
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT jsonb_build_object(
+BEGIN
+    RETURN jsonb_build_object(
         'format', 'querylayer-checkpoint-v1', 'site_id', p.site_id, 'seq', p.seq,
         'head_sha256', encode(p.head_sha256, 'hex'), 'tree_root', encode(p.tree_root, 'hex'),
         'checkpointed_at', querylayer.utc_text(p.checkpointed_at),
         'prev_checkpoint_sha256', encode(p.prev_sha256, 'hex'),
         'key', (SELECT k.did_key FROM querylayer.server_keys k WHERE k.id = p.server_key_id),
-        'signature', p.signature)
+        'signature', p.signature);
+END
 $function$;
 ALTER FUNCTION querylayer.checkpoint_json(querylayer.ledger_checkpoints) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.checkpoint_json(querylayer.ledger_checkpoints) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -1497,11 +1506,12 @@ REVOKE ALL ON FUNCTION querylayer.current_rights() FROM PUBLIC, querylayer_admin
 
 CREATE OR REPLACE FUNCTION querylayer.decision_executable(p_decision uuid)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT coalesce((
+BEGIN
+    RETURN coalesce((
         SELECT d.decision = 'approved'
            AND querylayer.executes_on_approval(p.type)
            AND querylayer.ctx_kind() = 'member'
@@ -1509,7 +1519,8 @@ AS $function$
            AND d.xmin = pg_catalog.pg_current_xact_id()::xid
            AND NOT EXISTS (SELECT 1 FROM querylayer.proposal_executions e WHERE e.decision_id = d.id)
           FROM querylayer.proposal_decisions d JOIN querylayer.proposals p ON p.id = d.proposal_id
-         WHERE d.id = p_decision), false)
+         WHERE d.id = p_decision), false);
+END
 $function$;
 ALTER FUNCTION querylayer.decision_executable(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.decision_executable(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -1597,11 +1608,13 @@ REVOKE ALL ON FUNCTION querylayer.delivered_json(querylayer.content_items,queryl
 
 CREATE OR REPLACE FUNCTION querylayer.delivery_site_sha256(p_slug text)
  RETURNS bytea
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT pg_catalog.sha256(pg_catalog.convert_to('querylayer-delivery-site-v1:' || p_slug, 'UTF8'))
+BEGIN
+    RETURN pg_catalog.sha256(pg_catalog.convert_to('querylayer-delivery-site-v1:' || p_slug, 'UTF8'));
+END
 $function$;
 ALTER FUNCTION querylayer.delivery_site_sha256(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.delivery_site_sha256(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -1888,11 +1901,13 @@ REVOKE ALL ON FUNCTION querylayer.execute_decision(uuid) FROM PUBLIC, querylayer
 
 CREATE OR REPLACE FUNCTION querylayer.executes_on_approval(p_type text)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT p_type IN ('publish_lifecycle', 'content_lifecycle', 'topical_map')
+BEGIN
+    RETURN p_type IN ('publish_lifecycle', 'content_lifecycle', 'topical_map');
+END
 $function$;
 ALTER FUNCTION querylayer.executes_on_approval(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.executes_on_approval(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -2051,11 +2066,13 @@ REVOKE ALL ON FUNCTION querylayer.forbid_change() FROM PUBLIC, querylayer_admin,
 
 CREATE OR REPLACE FUNCTION querylayer.form_rejected_since()
  RETURNS date
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT ((now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text))) AT TIME ZONE 'UTC')::date
+BEGIN
+    RETURN ((now() - make_interval(days => querylayer.setting_int('form_rejected_retention_days'::text))) AT TIME ZONE 'UTC')::date;
+END
 $function$;
 ALTER FUNCTION querylayer.form_rejected_since() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.form_rejected_since() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -2215,11 +2232,12 @@ REVOKE ALL ON FUNCTION querylayer.integer_setting(text,text) FROM PUBLIC, queryl
 
 CREATE OR REPLACE FUNCTION querylayer.is_seal(p_old jsonb, p_new jsonb)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT coalesce(p_old->'chain_seq' = 'null'::jsonb AND p_old->'prev_sha256' = 'null'::jsonb
+BEGIN
+    RETURN coalesce(p_old->'chain_seq' = 'null'::jsonb AND p_old->'prev_sha256' = 'null'::jsonb
                AND p_old->'record_sha256' = 'null'::jsonb
                AND jsonb_typeof(p_new->'chain_seq') = 'number'
                AND left(p_new->>'prev_sha256', 2) = '\x' AND left(p_new->>'record_sha256', 2) = '\x'
@@ -2227,18 +2245,21 @@ AS $function$
                AND p_old - ARRAY['chain_seq', 'prev_sha256', 'record_sha256'] = p_new - ARRAY['chain_seq', 'prev_sha256', 'record_sha256']
                AND pg_catalog.decode(substr(p_new->>'record_sha256', 3), 'hex')
                    = pg_catalog.sha256(pg_catalog.decode(substr(p_new->>'prev_sha256', 3), 'hex')
-                                       || pg_catalog.decode(substr(p_new->>'content_sha256', 3), 'hex')), false)
+                                       || pg_catalog.decode(substr(p_new->>'content_sha256', 3), 'hex')), false);
+END
 $function$;
 ALTER FUNCTION querylayer.is_seal(jsonb,jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.is_seal(jsonb,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.is_write_scope(p_scope text)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT p_scope LIKE '%:write' OR p_scope = 'publish:request'
+BEGIN
+    RETURN p_scope LIKE '%:write' OR p_scope = 'publish:request';
+END
 $function$;
 ALTER FUNCTION querylayer.is_write_scope(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.is_write_scope(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -2489,11 +2510,13 @@ REVOKE ALL ON FUNCTION querylayer.key_did(bytea) FROM PUBLIC, querylayer_admin, 
 
 CREATE OR REPLACE FUNCTION querylayer.ledger_chain_columns()
  RETURNS text[]
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT ARRAY['chain_seq', 'content_sha256', 'ledger_form', 'prev_sha256', 'record_sha256']
+BEGIN
+    RETURN ARRAY['chain_seq', 'content_sha256', 'ledger_form', 'prev_sha256', 'record_sha256'];
+END
 $function$;
 ALTER FUNCTION querylayer.ledger_chain_columns() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ledger_chain_columns() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -2523,11 +2546,13 @@ REVOKE ALL ON FUNCTION querylayer.ledger_extend(bytea,bigint,bytea) FROM PUBLIC,
 
 CREATE OR REPLACE FUNCTION querylayer.ledger_genesis(p_site uuid)
  RETURNS bytea
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT pg_catalog.sha256(pg_catalog.convert_to('querylayer-ledger-genesis:' || p_site::text, 'UTF8'))
+BEGIN
+    RETURN pg_catalog.sha256(pg_catalog.convert_to('querylayer-ledger-genesis:' || p_site::text, 'UTF8'));
+END
 $function$;
 ALTER FUNCTION querylayer.ledger_genesis(uuid) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ledger_genesis(uuid) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -2542,21 +2567,24 @@ REVOKE ALL ON FUNCTION querylayer.ledger_leaf(bigint,text,smallint,bytea) FROM P
 
 CREATE OR REPLACE FUNCTION querylayer.ledger_records_sql()
  RETURNS text
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT string_agg(format(
-             'SELECT %L::text AS tbl, t.id::text AS id, t.chain_seq, t.ledger_form, t.prev_sha256, t.content_sha256,
-                     t.record_sha256, (x.j - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(x.j) AS k
-                                                   WHERE NOT (k = ANY (f.fields))))::text AS canonical,
-                     coalesce(x.j->>''created_at'', x.j->>''started_at'', x.j->>''imported_at'', x.j->>''staged_at'',
-                              x.j->>''decided_at'', x.j->>''executed_at'', x.j->>''recorded_at'')::timestamptz AS recorded
-                FROM %s t CROSS JOIN LATERAL (SELECT to_jsonb(t) AS j) x
-                LEFT JOIN querylayer.ledger_forms f ON f.table_name = %L AND f.form = t.ledger_form
-               WHERE t.site_id = $1 AND t.chain_seq > $2 AND t.chain_seq <= $3', table_name, table_name, table_name),
-           ' UNION ALL ' ORDER BY table_name)
-      FROM querylayer.ledger_tables
+BEGIN
+    RETURN (
+        SELECT string_agg(format(
+                 'SELECT %L::text AS tbl, t.id::text AS id, t.chain_seq, t.ledger_form, t.prev_sha256, t.content_sha256,
+                         t.record_sha256, (x.j - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(x.j) AS k
+                                                       WHERE NOT (k = ANY (f.fields))))::text AS canonical,
+                         coalesce(x.j->>''created_at'', x.j->>''started_at'', x.j->>''imported_at'', x.j->>''staged_at'',
+                                  x.j->>''decided_at'', x.j->>''executed_at'', x.j->>''recorded_at'')::timestamptz AS recorded
+                    FROM %s t CROSS JOIN LATERAL (SELECT to_jsonb(t) AS j) x
+                    LEFT JOIN querylayer.ledger_forms f ON f.table_name = %L AND f.form = t.ledger_form
+                   WHERE t.site_id = $1 AND t.chain_seq > $2 AND t.chain_seq <= $3', table_name, table_name, table_name),
+               ' UNION ALL ' ORDER BY table_name)
+          FROM querylayer.ledger_tables);
+END
 $function$;
 ALTER FUNCTION querylayer.ledger_records_sql() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.ledger_records_sql() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -2775,29 +2803,33 @@ REVOKE ALL ON FUNCTION querylayer.list_proposals(text,integer,text) FROM PUBLIC,
 
 CREATE OR REPLACE FUNCTION querylayer.live_state(p_subject text, p_row jsonb)
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT CASE p_subject
+BEGIN
+    RETURN CASE p_subject
         WHEN 'content_item' THEN jsonb_build_object('published_revision_id', p_row->'published_revision_id',
                                                     'published_at', p_row->'published_at', 'archived_at', p_row->'archived_at')
         WHEN 'topic' THEN jsonb_build_object('slug', p_row->'slug', 'title', p_row->'title', 'parent_id', p_row->'parent_id')
         WHEN 'topic_page' THEN jsonb_build_object('topic_id', p_row->'topic_id', 'content_id', p_row->'content_id',
                                                   'role', p_row->'role')
-    END
+    END;
+END
 $function$;
 ALTER FUNCTION querylayer.live_state(text,jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.live_state(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.live_state_key(p_subject text, p_row jsonb)
  RETURNS text
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT CASE p_subject WHEN 'topic_page' THEN (p_row->>'topic_id') || '/' || (p_row->>'content_id')
-                          ELSE p_row->>'id' END
+BEGIN
+    RETURN CASE p_subject WHEN 'topic_page' THEN (p_row->>'topic_id') || '/' || (p_row->>'content_id')
+                          ELSE p_row->>'id' END;
+END
 $function$;
 ALTER FUNCTION querylayer.live_state_key(text,jsonb) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.live_state_key(text,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -3310,28 +3342,33 @@ REVOKE ALL ON FUNCTION querylayer.normalize_scopes(text[]) FROM PUBLIC, querylay
 
 CREATE OR REPLACE FUNCTION querylayer.oauth_client_now(p_client_id text)
  RETURNS TABLE(client_id text, client_name text, redirect_uris text[], from_document boolean)
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT c.client_id, coalesce(d.client_name, c.client_name), coalesce(d.redirect_uris, c.redirect_uris),
-           d.client_id IS NOT NULL
-      FROM querylayer.oauth_clients c
-      LEFT JOIN LATERAL (SELECT * FROM querylayer.oauth_client_documents x
-                          WHERE x.client_id = c.client_id ORDER BY x.fetched_at DESC LIMIT 1) d ON true
-     WHERE c.client_id = p_client_id
+BEGIN
+    RETURN QUERY
+        SELECT c.client_id, coalesce(d.client_name, c.client_name), coalesce(d.redirect_uris, c.redirect_uris),
+               d.client_id IS NOT NULL
+          FROM querylayer.oauth_clients c
+          LEFT JOIN LATERAL (SELECT * FROM querylayer.oauth_client_documents x
+                              WHERE x.client_id = c.client_id ORDER BY x.fetched_at DESC LIMIT 1) d ON true
+         WHERE c.client_id = p_client_id;
+END
 $function$;
 ALTER FUNCTION querylayer.oauth_client_now(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.oauth_client_now(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.oauth_document_url_valid(p_url text)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT p_url IS NOT NULL AND length(p_url) <= 512 AND p_url !~ '[[:space:][:cntrl:]#?@]'
-       AND p_url ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^/].*$'
+BEGIN
+    RETURN p_url IS NOT NULL AND length(p_url) <= 512 AND p_url !~ '[[:space:][:cntrl:]#?@]'
+       AND p_url ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^/].*$';
+END
 $function$;
 ALTER FUNCTION querylayer.oauth_document_url_valid(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.oauth_document_url_valid(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -3455,28 +3492,32 @@ REVOKE ALL ON FUNCTION querylayer.oauth_redeem_code(bytea,text,text,text,text) F
 
 CREATE OR REPLACE FUNCTION querylayer.oauth_redirect_uri_matches(p_registered text[], p_uri text)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT p_uri = ANY (p_registered)
+BEGIN
+    RETURN p_uri = ANY (p_registered)
         OR (p_uri ~ '^http://(127\.0\.0\.1|\[::1\]|localhost)(:[0-9]{1,5})?(/|$)'
             AND EXISTS (SELECT 1 FROM unnest(p_registered) r
                          WHERE regexp_replace(r, '^(http://(127\.0\.0\.1|\[::1\]|localhost))(:[0-9]{1,5})?', '\1')
-                             = regexp_replace(p_uri, '^(http://(127\.0\.0\.1|\[::1\]|localhost))(:[0-9]{1,5})?', '\1')))
+                             = regexp_replace(p_uri, '^(http://(127\.0\.0\.1|\[::1\]|localhost))(:[0-9]{1,5})?', '\1')));
+END
 $function$;
 ALTER FUNCTION querylayer.oauth_redirect_uri_matches(text[],text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.oauth_redirect_uri_matches(text[],text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.oauth_redirect_uri_valid(p_uri text)
  RETURNS boolean
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT p_uri IS NOT NULL AND length(p_uri) <= 512 AND p_uri !~ '[[:space:][:cntrl:]#]'
+BEGIN
+    RETURN p_uri IS NOT NULL AND length(p_uri) <= 512 AND p_uri !~ '[[:space:][:cntrl:]#]'
        AND (p_uri ~ '^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[^@]*)?$'
-            OR p_uri ~ '^http://(127\.0\.0\.1|\[::1\]|localhost)(:[0-9]{1,5})?(/[^@]*)?$')
+            OR p_uri ~ '^http://(127\.0\.0\.1|\[::1\]|localhost)(:[0-9]{1,5})?(/[^@]*)?$');
+END
 $function$;
 ALTER FUNCTION querylayer.oauth_redirect_uri_valid(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.oauth_redirect_uri_valid(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -3606,15 +3647,17 @@ REVOKE ALL ON FUNCTION querylayer.oauth_rows_guard() FROM PUBLIC, querylayer_adm
 
 CREATE OR REPLACE FUNCTION querylayer.oauth_token_answer(p_grant querylayer.oauth_grants, p_conn jsonb, p_refresh text, p_expires timestamp with time zone)
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT jsonb_build_object(
+BEGIN
+    RETURN jsonb_build_object(
         'ok', true, 'grant_id', p_grant.id, 'connection_id', p_conn->'connection_id',
         'access_token', p_conn->'secret', 'token_type', 'Bearer',
         'expires_in', greatest(1, floor(extract(epoch FROM p_expires - now())))::bigint,
-        'refresh_token', p_refresh, 'scope', array_to_string(p_grant.scopes, ' '))
+        'refresh_token', p_refresh, 'scope', array_to_string(p_grant.scopes, ' '));
+END
 $function$;
 ALTER FUNCTION querylayer.oauth_token_answer(querylayer.oauth_grants,jsonb,text,timestamp with time zone) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.oauth_token_answer(querylayer.oauth_grants,jsonb,text,timestamp with time zone) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -3863,10 +3906,14 @@ REVOKE ALL ON FUNCTION querylayer.partition_maintenance_active() FROM PUBLIC, qu
 
 CREATE OR REPLACE FUNCTION querylayer.partition_months_ahead()
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ SELECT 3 $function$;
+AS $function$
+BEGIN
+    RETURN 3;
+END
+$function$;
 ALTER FUNCTION querylayer.partition_months_ahead() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.partition_months_ahead() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
@@ -3888,11 +3935,13 @@ REVOKE ALL ON FUNCTION querylayer.payload_uuid(jsonb,text) FROM PUBLIC, querylay
 
 CREATE OR REPLACE FUNCTION querylayer.pkce_s256(p_verifier text)
  RETURNS text
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT rtrim(translate(encode(sha256(convert_to(p_verifier, 'UTF8')), 'base64'), E'+/\n', '-_'), '=')
+BEGIN
+    RETURN rtrim(translate(encode(sha256(convert_to(p_verifier, 'UTF8')), 'base64'), E'+/\n', '-_'), '=');
+END
 $function$;
 ALTER FUNCTION querylayer.pkce_s256(text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.pkce_s256(text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -4987,10 +5036,14 @@ REVOKE ALL ON FUNCTION querylayer.schedule_evidence_job(uuid,uuid,timestamp with
 
 CREATE OR REPLACE FUNCTION querylayer.seal_batch()
  RETURNS integer
- LANGUAGE sql
+ LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ SELECT 1000 $function$;
+AS $function$
+BEGIN
+    RETURN 1000;
+END
+$function$;
 ALTER FUNCTION querylayer.seal_batch() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.seal_batch() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
@@ -5379,11 +5432,13 @@ REVOKE ALL ON FUNCTION querylayer.signed_answer_request(text) FROM PUBLIC, query
 
 CREATE OR REPLACE FUNCTION querylayer.signed_body_sha256()
  RETURNS text
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT querylayer.ctx_envelope_route()->>'body_sha256'
+BEGIN
+    RETURN querylayer.ctx_envelope_route()->>'body_sha256';
+END
 $function$;
 ALTER FUNCTION querylayer.signed_body_sha256() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.signed_body_sha256() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
@@ -10395,15 +10450,17 @@ GRANT EXECUTE ON FUNCTION querylayer_api.seed_demo() TO querylayer_admin;
 
 CREATE OR REPLACE FUNCTION querylayer_api.server_keys()
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-    SELECT jsonb_build_object(
+BEGIN
+    RETURN jsonb_build_object(
         'current', (SELECT did_key FROM querylayer.server_keys WHERE retired_at IS NULL),
         'envelope_recipient', (SELECT value #>> '{}' FROM querylayer.settings WHERE key = 'server_did'),
         'keys', (SELECT jsonb_agg(jsonb_build_object('did_key', did_key, 'created_at', created_at, 'retired_at', retired_at)
-                                  ORDER BY created_at) FROM querylayer.server_keys))
+                                  ORDER BY created_at) FROM querylayer.server_keys));
+END
 $function$;
 ALTER FUNCTION querylayer_api.server_keys() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.server_keys() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;

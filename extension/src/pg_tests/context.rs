@@ -140,11 +140,19 @@ mod tests {
     }
 
     /// Every function of the schemas pins its search_path (sql/990_privileges.sql), so an
-    /// SQL-language one is never inlined and is parsed and planned again in every transaction;
-    /// what a request runs is PL/pgSQL or the extension's. A tool call's statement, the run
-    /// workflow, a draft, the lists and an answer call no SQL-language function.
+    /// SQL-language one would never be inlined and would be parsed and planned again in every
+    /// transaction that calls it: the schemas hold none. A tool call's statement, the run
+    /// workflow, drafts, the lists and an answer, counted as they run, call none either.
     #[pg_test]
-    fn a_request_calls_no_sql_language_function() {
+    fn the_schemas_hold_no_sql_language_function_and_a_request_calls_none() {
+        let functions = |condition: &str| {
+            text(&format!(
+                "SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid::regprocedure::text), '')
+                   FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+                  WHERE p.pronamespace IN ('querylayer'::regnamespace, 'querylayer_api'::regnamespace) AND {condition}"
+            ))
+        };
+        assert_eq!(functions("l.lanname = 'sql'"), "", "SQL-language functions of the schemas");
         let (secret, _) = demo();
         let fp = fingerprint(&secret);
         Spi::run("SET LOCAL track_functions = 'all'").unwrap();
@@ -173,16 +181,19 @@ mod tests {
         }
         json(&format!("SELECT querylayer_api.finish_run('{run_id}', 'completed', 'done')"));
         json("SELECT querylayer_api.answer_question('Where do fiscal capacity and energy burden overlap with health risk?')");
-        let counted = |language: &str| {
-            text(&format!(
-                "SELECT coalesce(string_agg(p.oid::regprocedure::text, ', ' ORDER BY p.oid::regprocedure::text), '')
-                   FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-                  WHERE p.pronamespace IN ('querylayer'::regnamespace, 'querylayer_api'::regnamespace)
-                    AND l.lanname = '{language}' AND pg_stat_get_xact_function_calls(p.oid) > 0"
-            ))
-        };
-        // The count is live: the PL/pgSQL functions the calls ran are in it.
-        assert!(counted("plpgsql").contains("querylayer_api.record_artifact("), "{}", counted("plpgsql"));
-        assert_eq!(counted("sql"), "", "SQL-language functions a request ran");
+        // The count is live: the PL/pgSQL functions the calls ran are in it, and nothing else.
+        let called = functions("pg_stat_get_xact_function_calls(p.oid) > 0");
+        for f in [
+            "querylayer_api.record_artifact(",
+            "querylayer.page(",
+            "querylayer.value_bytes(",
+            "querylayer.content_state(",
+        ] {
+            assert!(called.contains(f), "{f} is counted: {called}");
+        }
+        assert_eq!(
+            functions("pg_stat_get_xact_function_calls(p.oid) > 0 AND l.lanname NOT IN ('plpgsql', 'c')"),
+            ""
+        );
     }
 }
