@@ -873,6 +873,41 @@ mod tests {
         }
     }
 
+    /// querylayer_get_run describes the run as the other run tools do (the same `Run`), with its
+    /// events and artifacts: clients see one schema of a run, whichever tool answered.
+    #[test]
+    fn the_run_reading_tool_describes_the_run_with_its_events_and_artifacts() {
+        let db =
+            Db::connect("postgres://nobody@127.0.0.1:1/none", 1, std::time::Duration::from_secs(1)).unwrap();
+        let server = QueryLayerMcp::for_http(db);
+        let output = |name: &str| server.tools.get(name).unwrap().output_schema.clone().unwrap();
+        let names = |schema: &serde_json::Map<String, serde_json::Value>, key: &str| -> Vec<String> {
+            let value = schema.get(key).unwrap_or_else(|| panic!("no {key}"));
+            match value {
+                serde_json::Value::Object(map) => map.keys().cloned().collect(),
+                serde_json::Value::Array(items) => {
+                    items.iter().map(|v| v.as_str().unwrap().to_string()).collect()
+                }
+                other => panic!("{key}: {other}"),
+            }
+        };
+        let (run, read) = (output("querylayer_begin_run"), output("querylayer_get_run"));
+        let mut expected = names(&run, "properties");
+        expected.extend(["events".to_string(), "artifacts".to_string()]);
+        let mut described = names(&read, "properties");
+        expected.sort();
+        described.sort();
+        assert_eq!(described, expected);
+        let required = names(&read, "required");
+        for member in ["run_id", "run_type", "state", "artifact_keys", "events", "artifacts"] {
+            assert!(required.iter().any(|r| r == member), "{member} is not required: {required:?}");
+        }
+        let text = serde_json::Value::Object((*read).clone()).to_string();
+        for member in ["event_id", "kind", "at", "artifact_id", "value", "affected_objects", "recorded_at"] {
+            assert!(text.contains(&format!("\"{member}\"")), "the schema does not describe {member}");
+        }
+    }
+
     /// `true`/`false` where a subschema stands (properties, items, $defs).
     fn has_boolean_subschema(v: &serde_json::Value) -> bool {
         use serde_json::Value;

@@ -145,6 +145,15 @@ pub const TOOLS: &[ToolEntry] = &[
         "the site's runs, newest first, by status and agent",
     ),
     tool(
+        "querylayer_get_run",
+        "Read a run",
+        &["runs:read"],
+        READ,
+        &["run_id"],
+        "get_run",
+        "one run's fields, events and artifacts",
+    ),
+    tool(
         "querylayer_list_proposals",
         "List proposals",
         &["content:read"],

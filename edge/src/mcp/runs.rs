@@ -1,5 +1,5 @@
 //! Run tools: the governed run lifecycle (begin → immutable artifacts → one terminal outcome) and
-//! the site's runs.
+//! reading the site's runs (a page of them, or one with its events and artifacts).
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
@@ -100,7 +100,60 @@ pub struct RunList {
     pub next_cursor: Option<String>,
 }
 
-/// An affected content object of an artifact. Schema only: the value goes to SQL as given.
+/// Which run to read.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetRunParams {
+    /// The run (a `run_id` from querylayer_begin_run or querylayer_list_runs): any run of this
+    /// site, of any agent.
+    pub run_id: Uuid,
+}
+
+/// One event of a run: its start, and its finish with the stored outcome.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RunEvent {
+    pub event_id: Uuid,
+    /// `started` or `finished`.
+    pub kind: String,
+    /// The stored outcome (on `finished` only).
+    pub outcome: Option<String>,
+    /// Why the stored outcome differs from the requested one, for example
+    /// `missing_required_outputs`.
+    pub reason_code: Option<String>,
+    pub at: String,
+    /// The record's hash in the site's append-only chain; null while the record waits to be
+    /// sealed into it (a moment, when other writers of the site held its head: docs/ledger.md).
+    pub record_sha256: Option<String>,
+}
+
+/// One immutable artifact of a run, with its value.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RunArtifact {
+    pub artifact_id: Uuid,
+    pub key: String,
+    /// The value as recorded: any JSON.
+    #[schemars(schema_with = "super::any_json")]
+    pub value: Value,
+    /// The content objects this result touches (empty when none were given).
+    #[schemars(with = "Vec<AffectedObject>")]
+    pub affected_objects: Value,
+    pub recorded_at: String,
+    /// The record's hash in the site's append-only chain; null while the record waits to be
+    /// sealed into it (a moment, when other writers of the site held its head: docs/ledger.md).
+    pub record_sha256: Option<String>,
+}
+
+/// A run with its events and artifacts, in the order they were recorded.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub run: Run,
+    pub events: Vec<RunEvent>,
+    pub artifacts: Vec<RunArtifact>,
+}
+
+/// An affected content object of an artifact. Schema only: the value goes to SQL, and comes back
+/// from it, as given.
 #[derive(JsonSchema)]
 #[allow(dead_code)]
 pub struct AffectedObject {
@@ -229,5 +282,67 @@ impl QueryLayerMcp {
             .opt("p_limit", p.limit)
             .opt("p_cursor", p.cursor);
         self.call(&ctx, call).await
+    }
+
+    /// Read one of the site's runs, of any agent: its fields and outcome, its events (started,
+    /// finished) and its artifacts with their values, in the order they were recorded. Needs
+    /// runs:read.
+    #[tool(name = "querylayer_get_run")]
+    async fn get_run(
+        &self,
+        Parameters(p): Parameters<GetRunParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<RunDetail>, CallToolResult> {
+        let call = Call::new("get_run").arg("p_run_id", p.run_id);
+        self.call(&ctx, call).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// What `get_run` answers (`querylayer.run_json` with its `events` and `artifacts`, as
+    /// sql/060_runs.sql builds it) comes through the tool's output type whole: the edge reads the
+    /// answer into `RunDetail` and writes it out again, so a member the type lacked would be lost.
+    #[test]
+    fn a_read_run_keeps_every_member_get_run_answers() {
+        let answer = json!({
+            "run_id": "00000000-0000-4000-8000-000000000001",
+            "run_type": "article.draft",
+            "harness": "pytest",
+            "agent_id": "00000000-0000-4000-8000-000000000002",
+            "connection_id": "00000000-0000-4000-8000-000000000003",
+            "input": {"topic": "pricing"},
+            "required_outputs": ["draft_id"],
+            "completion_conditions": ["a draft exists"],
+            "started_at": "2026-01-02T03:04:05.678901+00:00",
+            "state": "finished",
+            "outcome": "blocked",
+            "requested_outcome": "completed",
+            "reason_code": "missing_required_outputs",
+            "reasons": [],
+            "missing_outputs": ["draft_id"],
+            "summary": "partial",
+            "finished_at": "2026-01-02T03:05:00+00:00",
+            "deadline_at": "2026-01-03T03:04:05.678901+00:00",
+            "artifact_keys": ["notes"],
+            "events": [
+                {"event_id": "00000000-0000-4000-8000-000000000004", "kind": "started", "outcome": null,
+                 "reason_code": null, "at": "2026-01-02T03:04:05.678901+00:00", "record_sha256": "ab"},
+                {"event_id": "00000000-0000-4000-8000-000000000005", "kind": "finished", "outcome": "blocked",
+                 "reason_code": "missing_required_outputs", "at": "2026-01-02T03:05:00+00:00", "record_sha256": null}
+            ],
+            "artifacts": [
+                {"artifact_id": "00000000-0000-4000-8000-000000000006", "key": "notes",
+                 "value": {"text": "so far", "n": [1, 2.5, null]},
+                 "affected_objects": [{"type": "content_item", "id": "x", "note": "kept"}],
+                 "recorded_at": "2026-01-02T03:04:30+00:00", "record_sha256": "cd"}
+            ]
+        });
+        let read: RunDetail = serde_json::from_value(answer.clone()).unwrap();
+        assert_eq!(read.run.agent, None, "get_run names no agent handle");
+        assert_eq!(serde_json::to_value(&read).unwrap(), answer);
     }
 }
