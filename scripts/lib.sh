@@ -116,8 +116,8 @@ install_extension() {
 DEMO_QUESTION="Where do fiscal capacity and energy burden overlap with health risk?"
 
 # The released version an upgrade starts from, and its commit.
-PREVIOUS_VERSION=0.4.0
-PREVIOUS_COMMIT=ee209ce
+PREVIOUS_VERSION=0.5.0
+PREVIOUS_COMMIT=a3fbb0b
 
 # The commit of each earlier release: the upgrade tier also upgrades each older one, through
 # every upgrade script in turn, to this version.
@@ -127,6 +127,7 @@ release_commit() {
         0.2.0) echo 51fe0f2 ;;
         0.3.0) echo 346c5b5 ;;
         0.4.0) echo ee209ce ;;
+        0.5.0) echo a3fbb0b ;;
         *) echo "no release $1" >&2; return 1 ;;
     esac
 }

@@ -307,6 +307,26 @@ fn ctx_has_budgets() -> bool {
     with_context(|c| c.has_budgets).unwrap_or(false)
 }
 
+/// Whether `querylayer.require_connection_for(<any function>, p_scope)` passes with nothing to
+/// do: a live connection (an expired one is refused here, as by `ctx_kind`), outside any envelope,
+/// holding p_scope (NULL: any), with no budget that the scope check would spend. The guards in
+/// sql/010_context.sql return at once when it holds and otherwise take the full check, which
+/// alone raises, so this is the fast path of that one rule, not a second rule.
+#[pg_extern(stable, parallel_restricted)]
+fn ctx_connection_holds(p_scope: Option<&str>) -> bool {
+    if ctx_kind() != Some(Kind::Connection.as_str()) {
+        return false;
+    }
+    with_context(|c| {
+        c.route.is_none()
+            && match p_scope {
+                None => true,
+                Some(scope) => !c.has_budgets && c.scopes.iter().any(|s| s == scope),
+            }
+    })
+    .unwrap_or(false)
+}
+
 #[pg_extern(stable, parallel_restricted)]
 fn ctx_member_session_id() -> Option<Uuid> {
     with_context(|c| c.member_session_id).flatten()

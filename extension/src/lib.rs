@@ -44,6 +44,7 @@ extension_sql_file!(
         context::ctx_harness,
         context::ctx_member_session_id,
         context::ctx_has_budgets,
+        context::ctx_connection_holds,
         context::ctx_presented_fingerprint,
         context::outer_user,
         context::enter_operator,

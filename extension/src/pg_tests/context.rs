@@ -4,7 +4,7 @@
 #[pgrx::pg_schema]
 mod tests {
     use crate::pg_tests::helpers::{
-        as_edge, authenticate, demo, demo_secret, failure, fingerprint, json, text,
+        as_edge, as_owner, authenticate, demo, demo_secret, failure, fingerprint, json, text,
     };
     use pgrx::prelude::*;
 
@@ -102,6 +102,70 @@ mod tests {
         let site = json("SELECT querylayer_api.site_context()");
         assert_eq!(site["site"]["slug"], "demo");
         assert!(!site.to_string().contains(&secret[12..]), "the secret never comes back");
+    }
+
+    /// `ctx_connection_holds` is the fast path of `require_connection_for`: it may say "passes"
+    /// only where the full check passes with nothing to do. (An envelope context and a budget take
+    /// the full check: envelopes.rs and rate.rs show them refused and spent through
+    /// `require_connection`; an expired credential, the next test.)
+    #[pg_test]
+    fn the_fast_path_of_require_connection_holds_only_where_the_full_check_passes() {
+        let secret = demo_secret();
+        let holds = |scope: &str| {
+            Spi::get_one::<bool>(&format!("SELECT querylayer.ctx_connection_holds({scope})"))
+                .unwrap()
+                .unwrap()
+        };
+        as_owner();
+        assert!(!holds("NULL") && !holds("'content:read'"), "no context holds nothing");
+        let (code, message) = failure("SELECT querylayer.require_connection('content:read')");
+        assert_eq!(
+            (code.as_str(), message.as_str()),
+            ("QL401", "no authenticated connection in this transaction")
+        );
+
+        Spi::run("RESET ROLE").unwrap();
+        as_edge();
+        authenticate(&secret);
+        as_owner();
+        assert!(holds("NULL"));
+        let scopes = json("SELECT to_jsonb(array_agg(scope)) FROM querylayer.scopes");
+        for scope in scopes.as_array().unwrap() {
+            let scope = scope.as_str().unwrap();
+            let held = text(&format!("SELECT ('{scope}' = ANY (querylayer.ctx_scopes()))::text")) == "true";
+            assert_eq!(holds(&format!("'{scope}'")), held, "{scope}");
+            Spi::run(&format!("SELECT querylayer.require_connection('{scope}')")).unwrap();
+        }
+        assert!(!holds("'no:such'"));
+        let (code, message) = failure("SELECT querylayer.require_connection('no:such')");
+        assert_eq!(code, "QL403");
+        assert_eq!(message, "this connection does not hold the scope no:such");
+    }
+
+    #[pg_test]
+    fn a_credential_that_expires_during_its_transaction_is_refused_at_the_next_guard() {
+        demo_secret();
+        let secret = json(
+            "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'brief', ARRAY['content:read'],
+                                                     clock_timestamp() + interval '1 second')",
+        )["secret"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        as_edge();
+        authenticate(&secret);
+        Spi::run("SELECT querylayer_api.list_content(p_limit => 1)").unwrap();
+        Spi::run("SELECT pg_sleep(1.2)").unwrap();
+        let (code, message) = failure("SELECT querylayer_api.list_content(p_limit => 1)");
+        assert_eq!(code, "28000");
+        assert_eq!(message, "the credential of this transaction has expired");
+        // The guard itself, which the call above might not have reached first.
+        as_owner();
+        let (code, message) = failure("SELECT querylayer.require_connection('content:read')");
+        assert_eq!(
+            (code.as_str(), message.as_str()),
+            ("28000", "the credential of this transaction has expired")
+        );
     }
 
     #[pg_test(
