@@ -18,6 +18,44 @@ INSERT INTO querylayer.scopes (scope, description) VALUES
     ('runs:write',        'begin, record and finish governed runs'),
     ('publish:request',   'request publishing, unpublishing, archiving and restoring through human approval');
 
+-- What a connection's verdict is decided from (sql/040_credentials.sql's connections, its agent's
+-- site permissions, its budgets, its did:key bindings, and the names of its site, organization
+-- and agent) changes only together with the liveness generation: every statement that writes
+-- one of those tables (decides_liveness) moves it, in its own transaction, to a number drawn from
+-- a sequence, so never to a number used before, not even by a transaction that rolled back.
+-- authenticate keeps the verdict it reached on a live connection in the backend's memory with
+-- the generation it read before reaching it, and takes it up again only while the newest
+-- committed generation is still that number and the credential has not expired
+-- (extension/src/context.rs, "Kept verdicts"): a verdict is never used once anything it was
+-- decided from has changed. The table is empty until the first change.
+CREATE SEQUENCE querylayer.liveness_generations AS bigint;
+CREATE TABLE querylayer.liveness_generation (
+    one        boolean PRIMARY KEY DEFAULT true CHECK (one),
+    generation bigint NOT NULL
+);
+ALTER SEQUENCE querylayer.liveness_generations OWNED BY querylayer.liveness_generation.generation;
+
+CREATE FUNCTION querylayer.next_liveness_generation() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO querylayer.liveness_generation AS g (one, generation)
+    VALUES (true, nextval('querylayer.liveness_generations'))
+    ON CONFLICT (one) DO UPDATE SET generation = nextval('querylayer.liveness_generations');
+    RETURN NULL;
+END
+$$;
+
+-- Makes every statement that writes p_table (TRUNCATE included, and in replica mode too) move
+-- the liveness generation.
+CREATE FUNCTION querylayer.decides_liveness(p_table regclass) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('CREATE TRIGGER zz_liveness_generation AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
+                    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.next_liveness_generation()', p_table);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER zz_liveness_generation', p_table);
+END
+$$;
+
 -- Requires an authenticated agent connection holding p_scope (NULL: any connection). A context
 -- made by an envelope (authenticate_envelope) is bound to the one request its sender signed: it
 -- runs only the functions mapped to that route (querylayer.envelope_routes), so p_function names

@@ -103,13 +103,15 @@ CREATE TABLE querylayer.ledger_forms (
 SELECT querylayer.make_append_only('querylayer.ledger_forms'::regclass);
 
 -- The extension's catalogs: tables whose rows every install writes alike, from its own version
--- (install and upgrade scripts change them, nothing else). Every other table holds data and is
--- dumped by pg_dump (990_privileges.sql).
+-- (install and upgrade scripts change them, nothing else); and the liveness generation with its
+-- sequence (sql/010_context.sql), which only the backends of this one database read: a restored
+-- database starts a generation of its own. Every other table holds data and is dumped by pg_dump
+-- (990_privileges.sql).
 CREATE FUNCTION querylayer.catalog_tables() RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    RETURN ARRAY['aging_tables', 'envelope_routes', 'ledger_forms', 'ledger_tables', 'proposal_types', 'scopes',
-                 'task_operations', 'value_limits'];
+    RETURN ARRAY['aging_tables', 'envelope_routes', 'ledger_forms', 'ledger_tables', 'liveness_generation',
+                 'liveness_generations', 'proposal_types', 'scopes', 'task_operations', 'value_limits'];
 END
 $$;
 

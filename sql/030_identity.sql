@@ -20,6 +20,7 @@ CREATE TABLE querylayer.organizations (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 SELECT querylayer.isolate_by_organization('querylayer.organizations'::regclass, 'id'::name);
+SELECT querylayer.decides_liveness('querylayer.organizations'::regclass);
 
 CREATE TABLE querylayer.sites (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -34,6 +35,7 @@ ALTER TABLE querylayer.sites FORCE ROW LEVEL SECURITY;
 CREATE POLICY site_isolation ON querylayer.sites
     USING (querylayer.ctx_is_operator() OR id = querylayer.ctx_site_id())
     WITH CHECK (querylayer.ctx_is_operator());
+SELECT querylayer.decides_liveness('querylayer.sites'::regclass);
 
 ALTER TABLE querylayer.ledger_heads
     ADD FOREIGN KEY (site_id) REFERENCES querylayer.sites ON DELETE RESTRICT;
@@ -84,6 +86,7 @@ CREATE TABLE querylayer.agents (
     CHECK (kind <> 'hermes' OR (profile_id IS NOT NULL AND profile_name IS NOT NULL))
 );
 SELECT querylayer.isolate_by_organization('querylayer.agents'::regclass);
+SELECT querylayer.decides_liveness('querylayer.agents'::regclass);
 CREATE INDEX agents_profile_name ON querylayer.agents (profile_name);
 
 -- Everything about an agent is its identity except the routing name of its Hermes profile.
@@ -131,6 +134,7 @@ CREATE TABLE querylayer.agent_site_permissions (
     FOREIGN KEY (agent_id, organization_id) REFERENCES querylayer.agents (id, organization_id) ON DELETE RESTRICT
 );
 SELECT querylayer.isolate_by_site('querylayer.agent_site_permissions'::regclass);
+SELECT querylayer.decides_liveness('querylayer.agent_site_permissions'::regclass);
 
 -- Lookups used by operator functions; all fail closed with an error naming what was not found.
 CREATE FUNCTION querylayer.organization_by_slug(p_slug text) RETURNS querylayer.organizations

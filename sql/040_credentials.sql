@@ -38,6 +38,7 @@ CREATE TABLE querylayer.connections (
     CHECK (expires_at > created_at)
 );
 SELECT querylayer.isolate_by_site('querylayer.connections'::regclass);
+SELECT querylayer.decides_liveness('querylayer.connections'::regclass);
 CREATE UNIQUE INDEX connections_live_name ON querylayer.connections (site_id, name) WHERE revoked_at IS NULL;
 CREATE INDEX connections_agent ON querylayer.connections (site_id, agent_id);
 

@@ -33,6 +33,7 @@ CREATE POLICY did_lookup ON querylayer.did_bindings FOR SELECT
     USING (did_sha256 = querylayer.ctx_presented_fingerprint());
 CREATE POLICY did_bind ON querylayer.did_bindings FOR INSERT
     WITH CHECK (site_id = querylayer.ctx_site_id());
+SELECT querylayer.decides_liveness('querylayer.did_bindings'::regclass);
 SELECT querylayer.make_append_only('querylayer.did_bindings'::regclass);
 
 -- Which functions a signed /v1 request may run: a context made by authenticate_envelope runs

@@ -160,6 +160,7 @@ CREATE TABLE querylayer.connection_budgets (
     PRIMARY KEY (connection_id, scope, period)
 );
 SELECT querylayer.isolate_by_site('querylayer.connection_budgets'::regclass);
+SELECT querylayer.decides_liveness('querylayer.connection_budgets'::regclass);
 
 CREATE TABLE querylayer.connection_budget_use (
     connection_id uuid NOT NULL,

@@ -550,16 +550,16 @@ fn uuid_field(v: &Value, key: &str) -> Option<Uuid> {
     Some(Uuid::from_bytes(bytes))
 }
 
-/// The raw saved plan of `sql` (one parameter of type `arg`), prepared on first use. Raw, because
-/// the liveness queries run under an explicit snapshot (`SPI_execute_snapshot`).
-fn raw_plan(sql: &'static str, arg: pg_sys::Oid) -> pg_sys::SPIPlanPtr {
+/// The raw saved plan of `sql` (parameters of the types `args`), prepared on first use. Raw,
+/// because the liveness queries run under an explicit snapshot (`SPI_execute_snapshot`).
+fn raw_plan(sql: &'static str, args: &[pg_sys::Oid]) -> pg_sys::SPIPlanPtr {
     if let Some(p) = RAW_PLANS.with(|m| m.borrow().get(sql).copied()) {
         return p as pg_sys::SPIPlanPtr;
     }
     let text = std::ffi::CString::new(sql).expect("no NUL in SQL text");
-    let mut argtypes = [arg];
+    let mut argtypes = args.to_vec();
     // SAFETY: called inside Spi::connect; the plan is kept for the backend's life.
-    let plan = unsafe { pg_sys::SPI_prepare(text.as_ptr(), 1, argtypes.as_mut_ptr()) };
+    let plan = unsafe { pg_sys::SPI_prepare(text.as_ptr(), args.len() as i32, argtypes.as_mut_ptr()) };
     if plan.is_null() || unsafe { pg_sys::SPI_keepplan(plan) } != 0 {
         error!("querylayer: cannot prepare an authentication query");
     }
@@ -577,19 +577,20 @@ enum View {
     Transaction,
 }
 
-/// Runs a one-parameter plan under `view` and hands the first row (if any) to `read`.
+/// Runs a plan of the parameters `args` (type, value; none NULL) under `view` and hands the
+/// first row (if any) to `read`.
 fn query_one<R>(
     sql: &'static str,
-    arg_type: pg_sys::Oid,
-    arg: pg_sys::Datum,
+    args: &[(pg_sys::Oid, pg_sys::Datum)],
     view: View,
     read: impl FnOnce(pg_sys::HeapTuple, pg_sys::TupleDesc) -> R,
 ) -> Option<R> {
     Spi::connect(|_client| {
-        let plan = raw_plan(sql, arg_type);
-        let mut values = [arg];
-        let nulls = [b' ' as std::ffi::c_char];
-        // SAFETY: SPI is connected; the plan takes one argument of `arg_type`. read_only is
+        let types: Vec<pg_sys::Oid> = args.iter().map(|a| a.0).collect();
+        let plan = raw_plan(sql, &types);
+        let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.1).collect();
+        let nulls = vec![b' ' as std::ffi::c_char; args.len()];
+        // SAFETY: SPI is connected; the plan takes the arguments of `args`. read_only is
         // false, so a snapshot is taken per command (READ COMMITTED reads what committed up
         // to now, after any lock the caller waited for); Present passes the latest snapshot
         // explicitly, which REPEATABLE READ would otherwise not see.
@@ -635,7 +636,7 @@ fn column<T: FromDatum>(tuple: pg_sys::HeapTuple, desc: pg_sys::TupleDesc, n: i3
 fn lookup(credential: Credential, fingerprint: &[u8], view: View) -> Option<(Uuid, Uuid, Uuid)> {
     PRESENTED.with(|p| *p.borrow_mut() = Some(fingerprint.to_vec()));
     let arg = fingerprint.into_datum().expect("bytea datum");
-    let found = query_one(credential.lookup(), pg_sys::BYTEAOID, arg, view, |t, d| {
+    let found = query_one(credential.lookup(), &[(pg_sys::BYTEAOID, arg)], view, |t, d| {
         (column::<Uuid>(t, d, 1), column::<Uuid>(t, d, 2), column::<Uuid>(t, d, 3))
     });
     PRESENTED.with(|p| p.borrow_mut().take());
@@ -652,7 +653,7 @@ fn judge(credential: Credential, found: Option<(Uuid, Uuid, Uuid)>, view: View) 
     let (subject, site, organization) = found.unwrap_or((nil(), nil(), nil()));
     resolving(site, organization);
     let arg = subject.into_datum().expect("uuid datum");
-    query_one(credential.resolver(), pg_sys::UUIDOID, arg, view, |t, d| column::<JsonB>(t, d, 1))
+    query_one(credential.resolver(), &[(pg_sys::UUIDOID, arg)], view, |t, d| column::<JsonB>(t, d, 1))
         .flatten()
         .map(|j| j.0)
         .unwrap_or(Value::Null)
@@ -673,11 +674,120 @@ fn lock_shared(credential: Uuid) {
     let arg = lock_key(credential).into_datum().expect("int8 datum");
     query_one(
         "SELECT pg_catalog.pg_advisory_xact_lock_shared($1)",
-        pg_sys::INT8OID,
-        arg,
+        &[(pg_sys::INT8OID, arg)],
         View::Transaction,
         |_, _| (),
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kept verdicts. A live connection's verdict is decided from rows that change only together
+// with the liveness generation (sql/010_context.sql): every statement that writes one of them
+// moves the generation, in its own transaction, to a number never used before. So a verdict
+// reached after reading generation g is still the verdict while the newest committed generation
+// is g: `resolve` keeps it, in this backend's memory, and takes it up again after the
+// credential's lock and one read of the generation, instead of the verdict's statement, as long
+// as the credential has not expired on the wall clock. Only READ COMMITTED transactions use or
+// keep them (the older snapshots of REPEATABLE READ take the whole path, with its check), and
+// only verdicts on live connections are kept: a dead credential takes the same work whatever
+// made it dead.
+
+/// A live verdict and what it was decided at.
+#[derive(Clone)]
+struct Kept {
+    found: (Uuid, Uuid, Uuid),
+    generation: i64,
+    /// The credential's expiry, PostgreSQL microseconds.
+    expires_at: i64,
+    verdict: Value,
+}
+
+/// The most verdicts a backend keeps; past it, all are dropped and kept anew.
+const KEPT_MAX: usize = 1024;
+
+thread_local! {
+    static KEPT: RefCell<std::collections::HashMap<(&'static str, Vec<u8>), Kept>> =
+        RefCell::new(std::collections::HashMap::new());
+    /// Set once this backend has seen `querylayer.liveness_generation` (0.6.0 on).
+    static GENERATION_EXISTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl Credential {
+    /// Whether its live verdicts are kept: the credentials resolved by `RESOLVE_CONNECTION`.
+    fn kept(self) -> bool {
+        matches!(self, Credential::Connection | Credential::DidKey)
+    }
+}
+
+/// The newest committed liveness generation (0 before the first change), or None for objects of
+/// a release without it (served between a package upgrade and `ALTER EXTENSION … UPDATE`).
+fn liveness_generation() -> Option<i64> {
+    if !GENERATION_EXISTS.get() {
+        let exists = Spi::connect(|client| {
+            client
+                .select(
+                    "SELECT pg_catalog.to_regclass('querylayer.liveness_generation') IS NOT NULL",
+                    Some(1),
+                    &[],
+                )
+                .and_then(|rows| rows.first().get_one::<bool>())
+        })
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+        if !exists {
+            return None;
+        }
+        GENERATION_EXISTS.set(true);
+    }
+    Some(
+        query_one("SELECT g.generation FROM querylayer.liveness_generation g", &[], View::Present, |t, d| {
+            column::<i64>(t, d, 1)
+        })
+        .flatten()
+        .unwrap_or(0),
+    )
+}
+
+fn kept(credential: Credential, fingerprint: &[u8]) -> Option<Kept> {
+    KEPT.with(|k| k.borrow().get(&(credential.kind(), fingerprint.to_vec())).cloned())
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+thread_local! {
+    static TAKEN_UP: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many kept verdicts this backend has taken up (for the in-database tests).
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn kept_verdicts_taken_up() -> u64 {
+    TAKEN_UP.get()
+}
+
+fn keep(
+    credential: Credential,
+    fingerprint: &[u8],
+    found: (Uuid, Uuid, Uuid),
+    generation: i64,
+    verdict: &Value,
+) {
+    let Some(expires_at) = verdict.get("expires_at").and_then(Value::as_str).and_then(postgres_micros) else {
+        return;
+    };
+    KEPT.with(|k| {
+        let mut k = k.borrow_mut();
+        if k.len() >= KEPT_MAX {
+            k.clear();
+        }
+        k.insert(
+            (credential.kind(), fingerprint.to_vec()),
+            Kept { found, generation, expires_at, verdict: verdict.clone() },
+        );
+    });
+}
+
+fn forget(credential: Credential, fingerprint: &[u8]) {
+    KEPT.with(|k| k.borrow_mut().remove(&(credential.kind(), fingerprint.to_vec())));
 }
 
 /// Looks the fingerprint up and decides, now, whether its subject is live: on the wall clock
@@ -692,11 +802,32 @@ pub(crate) fn resolve(credential: Credential, fingerprint: &[u8], hold: bool) ->
         return Resolution::Dead { reason: "malformed".into(), subject: None, site: None };
     }
     let snapshot_is_old = unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32;
+    let keeps = credential.kept() && !snapshot_is_old;
+    if let Some(kept) = keeps.then(|| kept(credential, fingerprint)).flatten() {
+        if hold {
+            lock_shared(kept.found.0);
+        }
+        // After the lock, so that a revocation that held it has committed, and moved the
+        // generation, by now.
+        if liveness_generation() == Some(kept.generation)
+            && unsafe { pg_sys::GetCurrentTimestamp() } < kept.expires_at
+        {
+            // The provisional context the verdict's statement leaves (judge).
+            resolving(kept.found.1, kept.found.2);
+            #[cfg(any(test, feature = "pg_test"))]
+            TAKEN_UP.set(TAKEN_UP.get() + 1);
+            return Resolution::Live(kept.verdict);
+        }
+        forget(credential, fingerprint);
+    }
     let found = lookup(credential, fingerprint, View::Present);
     if hold {
         // Unknown credentials take the (never contended) lock of the nil id: the same work.
         lock_shared(found.map(|f| f.0).unwrap_or_else(nil));
     }
+    // Read before the verdict: a change committed in between moves the generation past it, so
+    // the kept verdict is never taken for a state older than the one it was decided on.
+    let generation = if keeps { liveness_generation() } else { None };
     let verdict = judge(credential, found, View::Present);
     let live = verdict.get("ok").and_then(Value::as_bool) == Some(true);
     if snapshot_is_old {
@@ -715,6 +846,9 @@ pub(crate) fn resolve(credential: Credential, fingerprint: &[u8], hold: bool) ->
         return Resolution::Dead { reason: "unknown".into(), subject: None, site: None };
     };
     if live {
+        if let (Some(generation), Some(found)) = (generation, found) {
+            keep(credential, fingerprint, found, generation, &verdict);
+        }
         Resolution::Live(verdict)
     } else {
         let reason = verdict.get("reason").and_then(Value::as_str).unwrap_or("unknown").to_string();

@@ -225,12 +225,15 @@ mod tests {
     fn every_insert_guard_lets_a_restore_through() {
         // A restore inserts history as it was written; an insert trigger that fires in replica
         // mode (enabled ALWAYS or REPLICA) must recognise it (docs/operations.md, "Add a table").
+        // (A trigger after the statement can neither rewrite nor stop a row before it is
+        // written: the liveness generation's is one.)
         let blind = Spi::get_one::<String>(
             "SELECT string_agg(format('%s on %s', t.tgname, t.tgrelid::regclass), ', ' ORDER BY 1)
                FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
               WHERE t.tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'querylayer'::regnamespace)
                 AND NOT t.tgisinternal AND t.tgenabled IN ('A', 'R')
                 AND (t.tgtype & 4) <> 0                       -- fires on INSERT
+                AND (t.tgtype & 3) <> 0                       -- for each row, or before the statement
                 AND p.prosrc NOT LIKE '%querylayer.restoring()%'",
         )
         .unwrap();

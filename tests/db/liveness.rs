@@ -159,6 +159,79 @@ fn an_authentication_racing_a_revocation_waits_for_it_and_sees_it() {
     assert_eq!(outcome, Err(("28000".into(), "authentication failed".into())));
 }
 
+/// The same race against a backend that keeps the connection's verdict (extension/src/context.rs,
+/// "Kept verdicts"): it authenticated before, so its next authentication would take the kept
+/// verdict up; it waits for the revocation's lock instead, and then sees it.
+#[test]
+fn a_kept_verdict_racing_a_revocation_waits_for_it_and_sees_it() {
+    let db = TestDb::new();
+    let demo = db.seed_demo();
+    let mut edge = db.edge();
+    for _ in 0..2 {
+        let mut tx = edge.transaction().unwrap();
+        authenticate(&mut tx, &demo.secret).unwrap();
+        tx.commit().unwrap();
+    }
+    let mut revoker = db.dba();
+    revoker.batch_execute("BEGIN").unwrap();
+    revoker
+        .execute("SELECT querylayer_api.revoke_connection($1::text::uuid)", &[&demo.connection_id])
+        .unwrap();
+    let secret = demo.secret.clone();
+    let pid = backend_pid(&mut edge);
+    let racer = std::thread::spawn(move || {
+        let mut tx = edge.transaction().unwrap();
+        let outcome = authenticate(&mut tx, &secret).map_err(|e| sql_error(&e));
+        (outcome.map(|_| ()), tx.rollback())
+    });
+    wait_for_lock_wait(&mut db.superuser(), pid);
+    revoker.batch_execute("COMMIT").unwrap();
+    let (outcome, _) = racer.join().unwrap();
+    assert_eq!(outcome, Err(("28000".into(), "authentication failed".into())));
+}
+
+/// A backend that keeps a connection's verdict sees, at its next authentication, what another
+/// session committed in between: a withdrawn permission, a renamed profile, a budget.
+#[test]
+fn a_kept_verdict_gives_way_to_changes_committed_by_another_session() {
+    let db = TestDb::new();
+    let demo = db.seed_demo();
+    let mut edge = db.edge();
+    let authenticated = |edge: &mut Client| -> Value {
+        let mut tx = edge.transaction().unwrap();
+        let v = authenticate(&mut tx, &demo.secret).unwrap();
+        tx.query_one("SELECT querylayer_api.list_content(p_limit => 1)", &[]).unwrap();
+        tx.commit().unwrap();
+        v
+    };
+    let first = authenticated(&mut edge);
+    assert_eq!(authenticated(&mut edge), first);
+    assert!(first["scopes"].as_array().unwrap().iter().any(|s| s == "runs:write"));
+
+    db.dba()
+        .batch_execute("SELECT querylayer_api.revoke_agent_scopes('demo', 'demo-agent', '{runs:write}')")
+        .unwrap();
+    let narrowed = authenticated(&mut edge);
+    assert!(!narrowed["scopes"].as_array().unwrap().iter().any(|s| s == "runs:write"), "{narrowed}");
+
+    db.dba()
+        .batch_execute("SELECT querylayer_api.rename_agent_profile('demo-profile-0001', 'Renamed')")
+        .unwrap();
+    assert_eq!(authenticated(&mut edge)["profile_name"], "Renamed");
+
+    // A budget of no calls: the next call that spends it is refused.
+    db.dba()
+        .execute(
+            "SELECT querylayer_api.set_connection_budget('demo', $1::text::uuid, 'content:read', 'hour', 0)",
+            &[&demo.connection_id],
+        )
+        .unwrap();
+    let mut tx = edge.transaction().unwrap();
+    authenticate(&mut tx, &demo.secret).unwrap();
+    let err = tx.query_one("SELECT querylayer_api.list_content(p_limit => 1)", &[]).unwrap_err();
+    assert_eq!(sql_error(&err).0, "QL429", "{err}");
+}
+
 fn member(db: &TestDb, handle: &str, role: &str) -> String {
     let mut dba = db.dba();
     dba.batch_execute(&format!(

@@ -142,6 +142,92 @@ mod tests {
         assert_eq!(message, "this connection does not hold the scope no:such");
     }
 
+    /// A verdict kept in this backend (context.rs, "Kept verdicts") is taken up again only while
+    /// nothing it was decided from has changed: each change below, made after the verdict was
+    /// kept, is seen by the very next authentication, and a change rolled back leaves no trace.
+    #[pg_test]
+    fn a_kept_verdict_gives_way_to_every_change_it_was_decided_from() {
+        use crate::context::kept_verdicts_taken_up as taken_up;
+        let secret = demo_secret();
+        let scopes = |v: &serde_json::Value| -> Vec<String> {
+            v["scopes"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+        };
+        let first = authenticate(&secret);
+        let before = taken_up();
+        assert_eq!(authenticate(&secret), first);
+        assert_eq!(taken_up(), before + 1, "the second authentication takes up the kept verdict");
+
+        // Each statement on a table the verdict reads moves the generation: the next
+        // authentication decides again, and keeps what it decided.
+        Spi::run("SELECT querylayer_api.rename_agent_profile('demo-profile-0001', 'Renamed writer')")
+            .unwrap();
+        let renamed = authenticate(&secret);
+        assert_eq!(renamed["profile_name"], "Renamed writer");
+        assert_eq!(taken_up(), before + 1, "decided again after the rename");
+        assert_eq!(authenticate(&secret), renamed);
+        assert_eq!(taken_up(), before + 2);
+
+        Spi::run("SELECT querylayer_api.revoke_agent_scopes('demo', 'demo-agent', '{runs:write}')").unwrap();
+        let narrowed = authenticate(&secret);
+        assert!(scopes(&first).contains(&"runs:write".to_string()));
+        assert!(!scopes(&narrowed).contains(&"runs:write".to_string()), "{narrowed}");
+
+        // A permission granted, and a verdict kept on it, inside a subtransaction that rolls
+        // back: the generation that verdict was kept at is never committed, nor drawn again.
+        Spi::run(&format!(
+            "DO $t$ BEGIN
+               PERFORM querylayer_api.grant_agent_scopes('demo', 'demo-agent', '{{runs:write}}');
+               PERFORM querylayer_api.authenticate({fp});
+               IF NOT 'runs:write' = ANY (querylayer.ctx_scopes()) THEN
+                   RAISE EXCEPTION 'the scope granted in this subtransaction is missing';
+               END IF;
+               RAISE EXCEPTION 'roll back' USING ERRCODE = 'QLT01';
+             EXCEPTION WHEN SQLSTATE 'QLT01' THEN NULL; END $t$",
+            fp = fingerprint(&secret)
+        ))
+        .unwrap();
+        let after_rollback = authenticate(&secret);
+        assert!(!scopes(&after_rollback).contains(&"runs:write".to_string()), "{after_rollback}");
+
+        // A budget (the scope checks spend it) and, last, the revocation.
+        let connection = first["connection_id"].as_str().unwrap().to_string();
+        authenticate(&secret);
+        assert!(!Spi::get_one::<bool>("SELECT querylayer.ctx_has_budgets()").unwrap().unwrap());
+        Spi::run(&format!(
+            "SELECT querylayer_api.set_connection_budget('demo', '{connection}', 'content:read', 'hour', 100)"
+        ))
+        .unwrap();
+        authenticate(&secret);
+        assert!(Spi::get_one::<bool>("SELECT querylayer.ctx_has_budgets()").unwrap().unwrap());
+        Spi::run(&format!("SELECT querylayer_api.revoke_connection('{connection}', 'lost')")).unwrap();
+        let (code, message) =
+            failure(&format!("SELECT querylayer_api.authenticate({})", fingerprint(&secret)));
+        assert_eq!((code.as_str(), message.as_str()), ("28000", "authentication failed"));
+    }
+
+    /// A kept verdict ends with its credential: one that expires while kept is refused.
+    #[pg_test]
+    fn a_kept_verdict_is_not_taken_up_past_its_credential_s_expiry() {
+        use crate::context::kept_verdicts_taken_up as taken_up;
+        demo_secret();
+        let secret = json(
+            "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'brief', ARRAY['content:read'],
+                                                     clock_timestamp() + interval '1 second')",
+        )["secret"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        authenticate(&secret);
+        let before = taken_up();
+        authenticate(&secret);
+        assert_eq!(taken_up(), before + 1);
+        Spi::run("SELECT pg_sleep(1.2)").unwrap();
+        let (code, message) =
+            failure(&format!("SELECT querylayer_api.authenticate({})", fingerprint(&secret)));
+        assert_eq!((code.as_str(), message.as_str()), ("28000", "authentication failed"));
+        assert_eq!(taken_up(), before + 1);
+    }
+
     #[pg_test]
     fn a_credential_that_expires_during_its_transaction_is_refused_at_the_next_guard() {
         demo_secret();
