@@ -3,8 +3,9 @@
 //! transaction ends (commit or abort), so a pooled connection never carries it into the next one.
 //! No GUC, table or argument that a caller controls can create or change it.
 
+use crate::jsonb::Jsonb;
 use pgrx::prelude::*;
-use pgrx::{FromDatum, IntoDatum, JsonB, Uuid};
+use pgrx::{FromDatum, IntoDatum, Uuid};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 
@@ -257,10 +258,10 @@ fn ctx_kind() -> Option<&'static str> {
 /// The route an envelope-derived context was signed for: `{method, path, body_sha256}`, or
 /// NULL for every other context.
 #[pg_extern(stable, parallel_restricted)]
-fn ctx_envelope_route() -> Option<JsonB> {
+fn ctx_envelope_route() -> Option<Jsonb> {
     with_context(|c| {
         c.route.as_ref().map(|r| {
-            JsonB(json!({"method": r.method, "path": r.path, "body_sha256": hex::encode(&r.body_sha256)}))
+            Jsonb(json!({"method": r.method, "path": r.path, "body_sha256": hex::encode(&r.body_sha256)}))
         })
     })
     .flatten()
@@ -653,7 +654,7 @@ fn judge(credential: Credential, found: Option<(Uuid, Uuid, Uuid)>, view: View) 
     let (subject, site, organization) = found.unwrap_or((nil(), nil(), nil()));
     resolving(site, organization);
     let arg = subject.into_datum().expect("uuid datum");
-    query_one(credential.resolver(), &[(pg_sys::UUIDOID, arg)], view, |t, d| column::<JsonB>(t, d, 1))
+    query_one(credential.resolver(), &[(pg_sys::UUIDOID, arg)], view, |t, d| column::<Jsonb>(t, d, 1))
         .flatten()
         .map(|j| j.0)
         .unwrap_or(Value::Null)
@@ -881,7 +882,7 @@ pub(crate) fn authentication_failed(credential: Credential, reason: &str, subjec
     ereport!(ERROR, PgSqlErrorCode::ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION, "authentication failed");
 }
 
-pub fn authenticate(credential: Credential, fingerprint: &[u8]) -> JsonB {
+pub fn authenticate(credential: Credential, fingerprint: &[u8]) -> Jsonb {
     refuse_if_established();
     match resolve(credential, fingerprint, true) {
         Resolution::Live(v) => establish(credential, v, None),
@@ -890,7 +891,7 @@ pub fn authenticate(credential: Credential, fingerprint: &[u8]) -> JsonB {
 }
 
 /// Holds the context a live resolution describes; returns it without the internal fields.
-pub(crate) fn establish(credential: Credential, verdict: Value, route: Option<Route>) -> JsonB {
+pub(crate) fn establish(credential: Credential, verdict: Value, route: Option<Route>) -> Jsonb {
     let scopes = verdict
         .get("scopes")
         .and_then(Value::as_array)
@@ -922,7 +923,7 @@ pub(crate) fn establish(credential: Credential, verdict: Value, route: Option<Ro
         obj.remove("ok");
         obj.remove("has_budgets");
     }
-    JsonB(public)
+    Jsonb(public)
 }
 
 /// PostgreSQL's timestamp (microseconds since 2000-01-01 UTC) of an RFC 3339 text.
@@ -979,7 +980,7 @@ pub fn record_failure(credential: Credential, fingerprint: &[u8], channel: &str)
         "subject_site_id": site.map(|u| u.to_string()),
         "channel": channel,
     });
-    Spi::run_with_args("SELECT querylayer.audit_failed_authentication($1)", &[JsonB(detail).into()])
+    Spi::run_with_args("SELECT querylayer.audit_failed_authentication($1)", &[Jsonb(detail).into()])
         .unwrap_or_else(|e| error!("querylayer: could not record the failed authentication: {e}"));
     true
 }
@@ -1056,15 +1057,15 @@ fn end_credential_sessions(credential: Uuid) -> i32 {
 #[pg_schema]
 mod querylayer_api {
     use super::{authenticate as establish, record_failure, Credential};
+    use crate::jsonb::Jsonb;
     use pgrx::prelude::*;
-    use pgrx::JsonB;
 
     /// Resolves a connection from the SHA-256 fingerprint of its secret and holds its context
     /// (organization, site, agent, connection, scopes, harness) until this transaction ends.
     /// SECURITY DEFINER: reads the private credential and connection tables.
     #[pg_extern(security_definer, volatile, parallel_unsafe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn authenticate(fingerprint: &[u8]) -> JsonB {
+    fn authenticate(fingerprint: &[u8]) -> Jsonb {
         establish(Credential::Connection, fingerprint)
     }
 
@@ -1072,7 +1073,7 @@ mod querylayer_api {
     /// SECURITY DEFINER: reads the private credential and member tables.
     #[pg_extern(security_definer, volatile, parallel_unsafe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn authenticate_member(fingerprint: &[u8]) -> JsonB {
+    fn authenticate_member(fingerprint: &[u8]) -> Jsonb {
         establish(Credential::MemberToken, fingerprint)
     }
 

@@ -3,8 +3,9 @@
 //! all. Either way the transaction then holds a delivery context, which only the delivery
 //! functions of sql/180_delivery.sql serve: it can read nothing else.
 
+use crate::jsonb::Jsonb;
 use pgrx::prelude::*;
-use pgrx::{JsonB, Uuid};
+use pgrx::Uuid;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -35,7 +36,7 @@ mod querylayer_api {
     /// SECURITY DEFINER: reads the private credential and delivery tables.
     #[pg_extern(security_definer, volatile, parallel_unsafe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn authenticate_delivery(site: &str, fingerprint: Option<&[u8]>) -> JsonB {
+    fn authenticate_delivery(site: &str, fingerprint: Option<&[u8]>) -> Jsonb {
         context::refuse_if_established();
         match fingerprint {
             Some(fingerprint) => match context::resolve(Credential::DeliveryToken, fingerprint, true) {
@@ -52,7 +53,7 @@ mod querylayer_api {
             None => match public_site(site) {
                 Some((site_id, organization_id)) => {
                     context::delivering(site_id, organization_id);
-                    JsonB(json!({"site": site, "access": "public"}))
+                    Jsonb(json!({"site": site, "access": "public"}))
                 }
                 None => context::authentication_failed(Credential::DeliveryToken, "not_public", None),
             },

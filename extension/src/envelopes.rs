@@ -4,8 +4,9 @@
 //! The format and the checks are the `querylayer-envelope` crate's (docs/envelope.md).
 
 use crate::context::{self, Credential, Resolution};
+use crate::jsonb::Jsonb;
 use pgrx::prelude::*;
-use pgrx::JsonB;
+
 use querylayer_envelope::{canonical, didkey, Envelope, Profile, RequestFacts};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -30,7 +31,7 @@ struct Settings {
 }
 
 fn settings() -> Settings {
-    let v = Spi::get_one::<JsonB>("SELECT querylayer.envelope_settings()")
+    let v = Spi::get_one::<Jsonb>("SELECT querylayer.envelope_settings()")
         .unwrap_or_else(|e| error!("querylayer: cannot read envelope settings: {e}"))
         .map(|j| j.0)
         .unwrap_or(Value::Null);
@@ -47,13 +48,13 @@ fn did_sha256(did: &str) -> Vec<u8> {
 }
 
 /// Records the receipt (append-only) and returns it.
-fn receipt(mut body: Value) -> JsonB {
-    Spi::run_with_args("SELECT querylayer.record_envelope_receipt($1)", &[JsonB(body.clone()).into()])
+fn receipt(mut body: Value) -> Jsonb {
+    Spi::run_with_args("SELECT querylayer.record_envelope_receipt($1)", &[Jsonb(body.clone()).into()])
         .unwrap_or_else(|e| error!("querylayer: could not record the envelope receipt: {e}"));
     if let Some(obj) = body.as_object_mut() {
         obj.remove("connection_id");
     }
-    JsonB(body)
+    Jsonb(body)
 }
 
 /// The longest `x-qg-envelope` header read: a real envelope is well under 2 KiB.
@@ -103,7 +104,7 @@ fn check_request_facts(method: &str, path: &str, body_sha256: &[u8]) {
 /// once its signature verifies: before that, the answer is the same for every key. Everything a
 /// receipt stores is bounded (docs/security.md): the sender only when it is a did:key, the
 /// path and method as checked above, errors cut to 200 characters.
-pub fn authenticate(header: Option<&str>, method: &str, path: &str, body_sha256: &[u8]) -> JsonB {
+pub fn authenticate(header: Option<&str>, method: &str, path: &str, body_sha256: &[u8]) -> Jsonb {
     context::refuse_if_established();
     check_request_facts(method, path, body_sha256);
     let s = settings();
@@ -265,17 +266,17 @@ fn did_binding_message(did: &str, site: &str, challenge: &str) -> String {
 
 /// The canonical JSON text of a jsonb value and its SHA-256, as envelopes hash payloads.
 #[pg_extern(immutable, parallel_safe)]
-fn canonical_sha256(value: JsonB) -> String {
+fn canonical_sha256(value: Jsonb) -> String {
     canonical::sha256_hex(canonical::canonical_json_value(&value.0).as_bytes())
 }
 
 /// Checks an envelope on its own (no request, no binding): its payload hash and its signature
 /// against its own verification method.
-pub fn verify_standalone(text: &str) -> JsonB {
+pub fn verify_standalone(text: &str) -> Jsonb {
     match Envelope::parse(text) {
-        Err(e) => JsonB(json!({"parsed": false, "error": e.to_string(), "payload_hash_valid": false,
+        Err(e) => Jsonb(json!({"parsed": false, "error": e.to_string(), "payload_hash_valid": false,
                                "signed": false, "signature_valid": false})),
-        Ok(env) => JsonB(json!({
+        Ok(env) => Jsonb(json!({
             "parsed": true,
             "profile": env.signing_profile().as_str(),
             "sender": env.sender,
@@ -291,15 +292,15 @@ pub fn verify_standalone(text: &str) -> JsonB {
 
 #[pg_schema]
 mod querylayer_api {
+    use crate::jsonb::Jsonb;
     use pgrx::prelude::*;
-    use pgrx::JsonB;
 
     /// Verifies a TypeDID envelope (JSON text) on its own: the payload hash and the signature
     /// against the envelope's verification method. Decides nothing about access.
     /// SECURITY DEFINER only for uniformity of the surface; it reads nothing.
     #[pg_extern(security_definer, immutable, parallel_safe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn verify_envelope(p_envelope: &str) -> JsonB {
+    fn verify_envelope(p_envelope: &str) -> Jsonb {
         super::verify_standalone(p_envelope)
     }
 
@@ -309,7 +310,7 @@ mod querylayer_api {
     /// SECURITY DEFINER: reads the private bindings, nonces and settings; writes receipts.
     #[pg_extern(security_definer, volatile, parallel_unsafe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn authenticate_envelope(header: Option<&str>, method: &str, path: &str, body_sha256: &[u8]) -> JsonB {
+    fn authenticate_envelope(header: Option<&str>, method: &str, path: &str, body_sha256: &[u8]) -> Jsonb {
         super::authenticate(header, method, path, body_sha256)
     }
 }

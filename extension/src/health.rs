@@ -2,8 +2,9 @@
 //! hold the data directory and the write-ahead log (a full disk fails every write while a
 //! `SELECT 1` still answers).
 
+use crate::jsonb::Jsonb;
 use pgrx::prelude::*;
-use pgrx::JsonB;
+
 use serde_json::json;
 
 /// Free bytes available to PostgreSQL on the file system holding `path`, if it can be read.
@@ -17,11 +18,11 @@ fn free_bytes(path: &std::path::Path) -> Option<u64> {
 
 /// `{"data_free_bytes", "wal_free_bytes"}` of this cluster (NULL where unreadable).
 #[pg_extern(volatile, parallel_safe)]
-fn disk_free() -> JsonB {
+fn disk_free() -> Jsonb {
     // SAFETY: DataDir is set before any backend runs SQL.
     let data_dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) }.to_string_lossy().into_owned();
     let data = std::path::PathBuf::from(data_dir);
-    JsonB(json!({
+    Jsonb(json!({
         "data_free_bytes": free_bytes(&data),
         "wal_free_bytes": free_bytes(&data.join("pg_wal")),
     }))

@@ -5,8 +5,9 @@
 //! when a checkpoint is made; they are the only callers (these functions are granted to the owner
 //! role alone, and the server key never leaves the database).
 
+use crate::jsonb::Jsonb;
 use pgrx::prelude::*;
-use pgrx::{JsonB, Uuid};
+use pgrx::Uuid;
 use querylayer_envelope::Signer;
 use querylayer_ledger::merkle::Frontier;
 use querylayer_ledger::{record_leaf, Checkpoint, Hash};
@@ -49,9 +50,9 @@ fn ledger_sealing() -> bool {
 /// the seal mark): `{sealed, missing}`.
 #[pg_extern(volatile, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
-fn ledger_seal(site: Uuid, max: i32) -> JsonB {
+fn ledger_seal(site: Uuid, max: i32) -> Jsonb {
     let _mark = SealGuard::set();
-    Spi::get_one_with_args::<JsonB>("SELECT querylayer.seal_pending($1, $2)", &[site.into(), max.into()])
+    Spi::get_one_with_args::<Jsonb>("SELECT querylayer.seal_pending($1, $2)", &[site.into(), max.into()])
         .unwrap_or_else(|e| error!("querylayer: sealing the ledger of site {site} failed: {e}"))
         .unwrap_or_else(|| error!("querylayer: sealing the ledger of site {site} returned nothing"))
 }
@@ -112,7 +113,7 @@ fn ledger_sign_checkpoint(
     checkpointed_at: &str,
     prev: Option<&[u8]>,
     secret: &[u8],
-) -> JsonB {
+) -> Jsonb {
     let secret: [u8; 32] =
         secret.try_into().unwrap_or_else(|_| error!("querylayer: a server key must be 32 bytes"));
     let prev = prev.map(|p| hash(p, "the previous checkpoint's hash"));
@@ -128,5 +129,5 @@ fn ledger_sign_checkpoint(
     if let Err(e) = cp.verify_signature() {
         error!("querylayer: the checkpoint just signed does not verify: {e}");
     }
-    JsonB(json!({"signature": cp.signature, "checkpoint_sha256": hex::encode(cp.hash()), "key": cp.key}))
+    Jsonb(json!({"signature": cp.signature, "checkpoint_sha256": hex::encode(cp.hash()), "key": cp.key}))
 }

@@ -7,6 +7,7 @@ mod context;
 mod delivery;
 mod envelopes;
 mod health;
+mod jsonb;
 mod ledger;
 mod lifecycle;
 mod oauth;

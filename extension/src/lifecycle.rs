@@ -5,8 +5,9 @@
 //! type, made in this transaction by the member who holds the context, and not executed yet.
 //! No SQL can set it.
 
+use crate::jsonb::Jsonb;
 use pgrx::prelude::*;
-use pgrx::{JsonB, Uuid};
+use pgrx::Uuid;
 use std::cell::Cell;
 
 thread_local! {
@@ -43,7 +44,7 @@ fn lifecycle_mark() -> Option<Uuid> {
 /// record (`{status: applied | failed, detail}`).
 #[pg_extern(volatile, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
-fn execute_decision(decision: Uuid) -> JsonB {
+fn execute_decision(decision: Uuid) -> Jsonb {
     let executable: Option<bool> =
         Spi::get_one_with_args("SELECT querylayer.decision_executable($1)", &[decision.into()])
             .unwrap_or_else(|e| error!("querylayer: cannot check decision {decision}: {e}"));
@@ -55,7 +56,7 @@ fn execute_decision(decision: Uuid) -> JsonB {
         );
     }
     let _mark = MarkGuard::set(decision);
-    let result: Option<JsonB> =
+    let result: Option<Jsonb> =
         Spi::get_one_with_args("SELECT querylayer.apply_decision($1)", &[decision.into()])
             .unwrap_or_else(|e| error!("querylayer: executing decision {decision} failed: {e}"));
     result.unwrap_or_else(|| error!("querylayer: executing decision {decision} returned nothing"))

@@ -6,8 +6,9 @@
 //! not an error, so that what it revoked (a reused code or refresh token ends its grant) and its
 //! audit record are committed.
 
+use crate::jsonb::Jsonb;
 use pgrx::prelude::*;
-use pgrx::{JsonB, Uuid};
+use pgrx::Uuid;
 use serde_json::{json, Value};
 
 use crate::context;
@@ -25,22 +26,22 @@ fn site_of(table: &str, column: &str, fingerprint: &[u8]) -> Option<(Uuid, Uuid)
     )
 }
 
-fn unknown() -> JsonB {
+fn unknown() -> Jsonb {
     let detail = json!({"credential": "oauth", "reason": "unknown", "channel": "oauth"});
-    Spi::run_with_args("SELECT querylayer.audit_failed_authentication($1)", &[JsonB(detail).into()])
+    Spi::run_with_args("SELECT querylayer.audit_failed_authentication($1)", &[Jsonb(detail).into()])
         .unwrap_or_else(|e| error!("querylayer: could not record the failed token request: {e}"));
-    JsonB(json!({"ok": false, "error": "invalid_grant", "reason": "unknown"}))
+    Jsonb(json!({"ok": false, "error": "invalid_grant", "reason": "unknown"}))
 }
 
 /// Runs `sql` in a resolving context for (site, organization), then drops the context.
-fn in_site(site: (Uuid, Uuid), sql: &str, args: &[pgrx::datum::DatumWithOid]) -> JsonB {
+fn in_site(site: (Uuid, Uuid), sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Jsonb {
     context::resolving(site.0, site.1);
-    let answer = Spi::get_one_with_args::<JsonB>(sql, args)
+    let answer = Spi::get_one_with_args::<Jsonb>(sql, args)
         .unwrap_or_else(|e| error!("querylayer: {sql} failed: {e}"))
         .map(|j| j.0)
         .unwrap_or(Value::Null);
     context::clear();
-    JsonB(answer)
+    Jsonb(answer)
 }
 
 #[pg_schema]
@@ -59,7 +60,7 @@ mod querylayer_api {
         redirect_uri: &str,
         code_verifier: &str,
         resource: &str,
-    ) -> JsonB {
+    ) -> Jsonb {
         context::refuse_if_established();
         let Some(site) = site_of("oauth_codes", "code_sha256", fingerprint) else {
             return unknown();
@@ -81,7 +82,7 @@ mod querylayer_api {
     /// spent one presented again ends its grant. Answers as `oauth_redeem_code`.
     #[pg_extern(security_definer, volatile, parallel_unsafe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn oauth_refresh(fingerprint: &[u8], client_id: &str, resource: Option<&str>) -> JsonB {
+    fn oauth_refresh(fingerprint: &[u8], client_id: &str, resource: Option<&str>) -> Jsonb {
         context::refuse_if_established();
         let Some(site) = site_of("oauth_refresh_tokens", "token_sha256", fingerprint) else {
             return unknown();
@@ -97,10 +98,10 @@ mod querylayer_api {
     /// (an unknown token is not an error, RFC 7009 §2.2).
     #[pg_extern(security_definer, volatile, parallel_unsafe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn oauth_revoke_refresh(fingerprint: &[u8], client_id: Option<&str>) -> JsonB {
+    fn oauth_revoke_refresh(fingerprint: &[u8], client_id: Option<&str>) -> Jsonb {
         context::refuse_if_established();
         let Some(site) = site_of("oauth_refresh_tokens", "token_sha256", fingerprint) else {
-            return JsonB(json!({"ok": true}));
+            return Jsonb(json!({"ok": true}));
         };
         in_site(
             site,

@@ -4,8 +4,9 @@
 //! through only while one of them runs, and a partition is dropped only after its signed
 //! summary has been recorded (sql/160_retention.sql).
 
+use crate::jsonb::Jsonb;
 use pgrx::prelude::*;
-use pgrx::JsonB;
+
 use std::cell::Cell;
 
 thread_local! {
@@ -226,7 +227,7 @@ fn create_time_partition(parent: &str, year: Option<i32>, month: Option<i32>) ->
 /// SQLSTATEs do not survive a trip through Rust. A dropped default partition is created again,
 /// empty. Returns the summary.
 #[pg_extern(volatile, parallel_unsafe)]
-fn drop_time_partition(partition: &str) -> JsonB {
+fn drop_time_partition(partition: &str) -> Jsonb {
     let found = Spi::get_three_with_args::<String, String, String>(
         "SELECT a.table_name, n.nspname::text, p.relname::text
            FROM pg_catalog.pg_class p
@@ -246,7 +247,7 @@ fn drop_time_partition(partition: &str) -> JsonB {
         }
         _ => error!("querylayer: {partition} is not a partition of a table that ages by month"),
     };
-    let summary = Spi::get_one_with_args::<JsonB>(
+    let summary = Spi::get_one_with_args::<Jsonb>(
         "SELECT querylayer.record_time_partition_drop($1)",
         &[partition.into()],
     )

@@ -5,9 +5,10 @@
 //! and attestation append-only, and is the only caller; these functions are granted to the
 //! owner role alone, and the server key never leaves the database.
 
+use crate::jsonb::Jsonb;
 use chrono::{DateTime, Utc};
 use pgrx::prelude::*;
-use pgrx::JsonB;
+
 use querylayer_semantics::{attestation, demo, navigator, osi, rights, search, signing, story, Signer};
 use serde_json::{json, Value};
 
@@ -17,7 +18,7 @@ fn time(now: &str) -> DateTime<Utc> {
         .with_timezone(&Utc)
 }
 
-fn model(doc: &JsonB) -> osi::OsiDocument {
+fn model(doc: &Jsonb) -> osi::OsiDocument {
     osi::parse_value(&doc.0).unwrap_or_else(|errors| {
         error!(
             "querylayer: a stored semantic model no longer parses: {}",
@@ -32,22 +33,22 @@ fn signer(secret: &[u8]) -> Signer {
     Signer::from_secret(secret)
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> JsonB {
-    JsonB(serde_json::to_value(v).expect("serializable"))
+fn to_json<T: serde::Serialize>(v: &T) -> Jsonb {
+    Jsonb(serde_json::to_value(v).expect("serializable"))
 }
 
 /// Parses and validates an OSI document (JSON or YAML): `{ok, name, model, errors}`, where every
 /// error names its path.
 #[pg_extern(immutable, parallel_safe)]
-fn osi_parse(text: &str) -> JsonB {
+fn osi_parse(text: &str) -> Jsonb {
     match osi::parse_document(text) {
-        Ok(doc) => JsonB(json!({
+        Ok(doc) => Jsonb(json!({
             "ok": true,
             "name": doc.semantic_model.name,
             "model": doc.to_normalized_json(),
             "errors": [],
         })),
-        Err(errors) => JsonB(json!({
+        Err(errors) => Jsonb(json!({
             "ok": false,
             "errors": errors.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
         })),
@@ -56,27 +57,27 @@ fn osi_parse(text: &str) -> JsonB {
 
 /// Reads a rights document: `{document, problems}` (problems mean every decision denies).
 #[pg_extern(immutable, parallel_safe)]
-fn rights_parse(text: &str) -> JsonB {
+fn rights_parse(text: &str) -> Jsonb {
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
-            return JsonB(json!({"document": null, "problems": [format!("<document>: not valid JSON: {e}")]}))
+            return Jsonb(json!({"document": null, "problems": [format!("<document>: not valid JSON: {e}")]}))
         }
     };
     let problems = rights::RightsDocument::from_value(&value).problems();
-    JsonB(json!({"document": value, "problems": problems}))
+    Jsonb(json!({"document": value, "problems": problems}))
 }
 
 /// One RBAC AND ODRL decision (the check_access answer, with its receipt).
 #[pg_extern(immutable, parallel_safe)]
 fn rights_decide(
-    document: JsonB,
+    document: Jsonb,
     principal: &str,
     resource: &str,
     action: &str,
     purpose: Option<&str>,
     now: &str,
-) -> JsonB {
+) -> Jsonb {
     let Some(action) = rights::Action::parse(action) else {
         ereport!(
             ERROR,
@@ -93,28 +94,28 @@ fn rights_decide(
 
 /// Ranked search of a model.
 #[pg_extern(immutable, parallel_safe)]
-fn model_search(document: JsonB, text: &str) -> JsonB {
+fn model_search(document: Jsonb, text: &str) -> Jsonb {
     to_json(&search::search(&model(&document), text))
 }
 
 /// A metric's expression for a dialect (requested → ANSI_SQL → first listed), or `{error}`.
 #[pg_extern(immutable, parallel_safe)]
-fn model_resolve_metric(document: JsonB, name: &str, dialect: &str) -> JsonB {
+fn model_resolve_metric(document: Jsonb, name: &str, dialect: &str) -> Jsonb {
     match querylayer_semantics::metrics::resolve_metric(&model(&document), name, dialect) {
         Ok(r) => to_json(&r),
-        Err(e) => JsonB(json!({"error": e.to_string()})),
+        Err(e) => Jsonb(json!({"error": e.to_string()})),
     }
 }
 
 /// The per-principal view of a model.
 #[pg_extern(immutable, parallel_safe)]
 fn model_bundle(
-    document: JsonB,
-    rights_document: JsonB,
+    document: Jsonb,
+    rights_document: Jsonb,
     principal: &str,
     purpose: Option<&str>,
     now: &str,
-) -> JsonB {
+) -> Jsonb {
     let doc = rights::RightsDocument::from_value(&rights_document.0);
     to_json(&navigator::navigator_bundle(&model(&document), &doc, principal, purpose, time(now)))
 }
@@ -122,14 +123,14 @@ fn model_bundle(
 /// The pure navigator loop: search, gate, plan, deterministic text, prompt.
 #[pg_extern(immutable, parallel_safe)]
 fn navigate(
-    document: JsonB,
-    rights_document: JsonB,
+    document: Jsonb,
+    rights_document: Jsonb,
     principal: &str,
     question: &str,
     purpose: Option<&str>,
     dialect: &str,
     now: &str,
-) -> JsonB {
+) -> Jsonb {
     let doc = rights::RightsDocument::from_value(&rights_document.0);
     let request = navigator::NavigatorRequest { question, principal, purpose, dialect };
     to_json(&navigator::answer_question(&model(&document), &doc, &request, time(now)))
@@ -140,7 +141,7 @@ fn navigate(
 /// of those bytes — and the attestation.
 #[pg_extern(immutable, parallel_safe)]
 fn sign_answer(
-    answer: JsonB,
+    answer: Jsonb,
     llm_text: Option<&str>,
     llm_name: Option<&str>,
     model_name: &str,
@@ -148,7 +149,7 @@ fn sign_answer(
     recipient: &str,
     secret: &[u8],
     now: &str,
-) -> JsonB {
+) -> Jsonb {
     let mut answer: navigator::NavigatorAnswer = serde_json::from_value(answer.0)
         .unwrap_or_else(|e| error!("querylayer: not a navigator answer: {e}"));
     if let Some(text) = llm_text {
@@ -160,31 +161,31 @@ fn sign_answer(
     let mut out = serde_json::to_value(&signed).expect("serializable");
     out["openlineage_text"] = Value::String(event_text.clone());
     out["event_sha256"] = Value::String(querylayer_envelope::canonical::sha256_hex(event_text.as_bytes()));
-    JsonB(out)
+    Jsonb(out)
 }
 
 /// The resilience-desk story under `rights_document` (NULL: the story's own rights), signed with
 /// the server key; each specialist's event also comes as its exact text.
 #[pg_extern(immutable, parallel_safe)]
-fn run_story(rights_document: Option<JsonB>, secret: &[u8], now: &str) -> JsonB {
+fn run_story(rights_document: Option<Jsonb>, secret: &[u8], now: &str) -> Jsonb {
     let doc =
         rights_document.map(|d| rights::RightsDocument::from_value(&d.0)).unwrap_or_else(demo::story_rights);
     let run = story::run_qglake_story(&demo::story_roster(), &doc, &signer(secret), time(now));
     let texts: Vec<String> = run.responses.iter().map(|r| r.openlineage.to_json()).collect();
     let mut out = serde_json::to_value(&run).expect("serializable");
     out["openlineage_texts"] = json!(texts);
-    JsonB(out)
+    Jsonb(out)
 }
 
 /// The story's roster (question, purpose, agents and their resources).
 #[pg_extern(immutable, parallel_safe)]
-fn story_roster() -> JsonB {
+fn story_roster() -> Jsonb {
     to_json(&demo::story_roster())
 }
 
 /// Verifies an attestation against the exact event text and a did:key.
 #[pg_extern(immutable, parallel_safe)]
-fn attestation_valid(attestation: JsonB, event_text: &str, did_key: &str) -> bool {
+fn attestation_valid(attestation: Jsonb, event_text: &str, did_key: &str) -> bool {
     let Ok(att) = serde_json::from_value::<attestation::Attestation>(attestation.0) else {
         return false;
     };
@@ -207,8 +208,8 @@ fn key_did(secret: &[u8]) -> String {
 
 /// The embedded demo: the resilience-desk model (YAML) and rights (JSON), as text.
 #[pg_extern(immutable, parallel_safe)]
-fn demo_documents() -> JsonB {
-    JsonB(
+fn demo_documents() -> Jsonb {
+    Jsonb(
         json!({"model": demo::MODEL_YAML, "rights": demo::RIGHTS_JSON, "story_rights": demo::STORY_RIGHTS_JSON}),
     )
 }

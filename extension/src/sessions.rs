@@ -5,10 +5,11 @@
 //! session whose cookie secret is kept like every credential (prefix plus SHA-256). Each request
 //! of a session carries its CSRF token; a request without one runs read-only.
 
+use crate::jsonb::Jsonb;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
 use pgrx::prelude::*;
-use pgrx::{JsonB, Uuid};
+use pgrx::Uuid;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -95,7 +96,7 @@ fn check_password(password: &str, handle: &str) {
 }
 
 fn json_call(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Value {
-    Spi::get_one_with_args::<JsonB>(sql, args)
+    Spi::get_one_with_args::<Jsonb>(sql, args)
         .unwrap_or_else(|e| error!("querylayer: {sql} failed: {e}"))
         .map(|j| j.0)
         .unwrap_or(Value::Null)
@@ -123,7 +124,7 @@ fn password_row(site: &str, handle: &str) -> Option<(Uuid, Uuid, Uuid, String)> 
 /// (the calling SQL function refuses with QL403) and no context is held.
 #[pg_extern(volatile, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
-fn session_authenticate(fingerprint: Option<&[u8]>, csrf: Option<&str>) -> JsonB {
+fn session_authenticate(fingerprint: Option<&[u8]>, csrf: Option<&str>) -> Jsonb {
     context::refuse_if_established();
     let fingerprint = fingerprint.unwrap_or_default();
     let verdict = match context::resolve(Credential::MemberSession, fingerprint, true) {
@@ -133,7 +134,7 @@ fn session_authenticate(fingerprint: Option<&[u8]>, csrf: Option<&str>) -> JsonB
         }
     };
     let expected = csrf_token(fingerprint);
-    let JsonB(mut public) = context::establish(Credential::MemberSession, verdict, None);
+    let Jsonb(mut public) = context::establish(Credential::MemberSession, verdict, None);
     let csrf_state = match csrf {
         None => {
             // SAFETY: a plain flag of the current transaction; PostgreSQL resets it at the next
@@ -151,7 +152,7 @@ fn session_authenticate(fingerprint: Option<&[u8]>, csrf: Option<&str>) -> JsonB
         obj.insert("csrf_token".into(), json!(expected));
         obj.insert("csrf".into(), json!(csrf_state));
     }
-    JsonB(public)
+    Jsonb(public)
 }
 
 #[pg_schema]
@@ -166,16 +167,16 @@ mod querylayer_api {
     /// SECURITY DEFINER: reads the private password table and opens a session.
     #[pg_extern(security_definer, volatile, parallel_unsafe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn sign_in(site: &str, handle: &str, password: &str) -> JsonB {
+    fn sign_in(site: &str, handle: &str, password: &str) -> Jsonb {
         context::refuse_if_established();
-        let refused = |reason: &str| JsonB(json!({"ok": false, "reason": reason}));
+        let refused = |reason: &str| Jsonb(json!({"ok": false, "reason": reason}));
         if password.len() > 1024 {
             return refused("unknown");
         }
         let Some((site_id, organization_id, member_id, hash)) = password_row(site, handle) else {
             DECOY.with(|decoy| verify_password(password, decoy));
             let detail = json!({"credential": "password", "reason": "unknown", "channel": "dashboard"});
-            Spi::run_with_args("SELECT querylayer.audit_failed_authentication($1)", &[JsonB(detail).into()])
+            Spi::run_with_args("SELECT querylayer.audit_failed_authentication($1)", &[Jsonb(detail).into()])
                 .unwrap_or_else(|e| error!("querylayer: could not record the failed sign-in: {e}"));
             return refused("unknown");
         };
@@ -191,7 +192,7 @@ mod querylayer_api {
         };
         if gate.get("locked").and_then(Value::as_bool) == Some(true) {
             fail("locked");
-            return JsonB(json!({"ok": false, "reason": "locked",
+            return Jsonb(json!({"ok": false, "reason": "locked",
                                 "retry_after_seconds": gate.get("retry_after_seconds")}));
         }
         if !verify_password(password, &hash) {
@@ -205,7 +206,7 @@ mod querylayer_api {
         let session =
             json_call("SELECT querylayer.open_member_session($1, $2)", &[site_id.into(), member_id.into()]);
         context::clear();
-        JsonB(session)
+        Jsonb(session)
     }
 
     /// What an invitation link is for (site, member, expiry), so the page can say it; 28000 for a
@@ -213,7 +214,7 @@ mod querylayer_api {
     /// SECURITY DEFINER: reads the private invitation and credential tables.
     #[pg_extern(security_definer, volatile, parallel_unsafe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn invitation(fingerprint: &[u8]) -> JsonB {
+    fn invitation(fingerprint: &[u8]) -> Jsonb {
         context::refuse_if_established();
         let info = match context::resolve(Credential::Invitation, fingerprint, true) {
             Resolution::Live(v) => v,
@@ -222,7 +223,7 @@ mod querylayer_api {
             }
         };
         context::clear();
-        JsonB(json!({
+        Jsonb(json!({
             "site": info["site"], "site_name": info["site_name"], "member": info["member"],
             "display_name": info["display_name"], "role": info["role"], "expires_at": info["expires_at"],
         }))
@@ -234,7 +235,7 @@ mod querylayer_api {
     /// SECURITY DEFINER: writes the private password and invitation tables.
     #[pg_extern(security_definer, volatile, parallel_unsafe)]
     #[search_path(pg_catalog, pg_temp)]
-    fn accept_invitation(fingerprint: &[u8], password: &str) -> JsonB {
+    fn accept_invitation(fingerprint: &[u8], password: &str) -> Jsonb {
         context::refuse_if_established();
         let info = match context::resolve(Credential::Invitation, fingerprint, true) {
             Resolution::Live(v) => v,
@@ -255,7 +256,7 @@ mod querylayer_api {
             ],
         );
         context::clear();
-        JsonB(json!({"site": site, "member": member, "sessions_ended": done["sessions_ended"]}))
+        Jsonb(json!({"site": site, "member": member, "sessions_ended": done["sessions_ended"]}))
     }
 }
 

@@ -20,6 +20,7 @@ mod forms;
 mod health;
 mod idempotency;
 mod identity;
+mod jsonb;
 mod ledger;
 mod limits;
 mod oauth;
