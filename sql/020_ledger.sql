@@ -102,6 +102,15 @@ CREATE TABLE querylayer.ledger_forms (
 );
 SELECT querylayer.make_append_only('querylayer.ledger_forms'::regclass);
 
+-- The row triggers in C keep what they read of the extension's catalogs (ledger_forms here,
+-- value_limits in 150_limits.sql) in each backend; every statement that writes a catalog makes
+-- every backend let go of it at commit (extension/src/catalogs.rs).
+CREATE FUNCTION querylayer.catalog_changed() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'catalog_changed';
+CREATE TRIGGER zz_catalog_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON querylayer.ledger_forms
+    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.catalog_changed();
+ALTER TABLE querylayer.ledger_forms ENABLE ALWAYS TRIGGER zz_catalog_changed;
+
 -- The extension's catalogs: tables whose rows every install writes alike, from its own version
 -- (install and upgrade scripts change them, nothing else); and the liveness generation with its
 -- sequence (sql/010_context.sql), which only the backends of this one database read: a restored
@@ -203,65 +212,18 @@ BEGIN
 END
 $$;
 
+-- The insert trigger of every chained table, in C (extension/src/chain.rs): for each record the
+-- newest form of its table (kept in the backend), the content hash of its canonical form, and
+-- then, if nobody else holds the site's head (this transaction may already), the sealing of what
+-- others left pending and have committed, and this record's link; else the record is written
+-- pending, its link empty, named in ledger_pending. The canonical form is the text of
+-- (to_jsonb(row) - the columns the form does not hash) under TimeZone UTC, IntervalStyle
+-- postgres, bytea_output hex and extra_float_digits 1, in UTF-8, as querylayer.ledger_content
+-- computes it. A restored record (querylayer.restoring()) keeps the chain it was dumped with and
+-- must carry it whole and linked; verify_ledger proves it.
 CREATE FUNCTION querylayer.chain_append() RETURNS trigger
-LANGUAGE plpgsql
-SET "TimeZone" = 'UTC' SET "IntervalStyle" = 'postgres' SET bytea_output = 'hex' SET extra_float_digits = 1 AS $$
-DECLARE
-    v_form    smallint;
-    v_fields  text[];
-    v_row     jsonb;
-BEGIN
-    -- (restoring() is false unless session_replication_role is replica: tested here first, as
-    -- this runs for every chained insert.)
-    IF pg_catalog.current_setting('session_replication_role') = 'replica' AND querylayer.restoring() THEN
-        -- A restored record keeps the chain it was dumped with (a pending one its empty link and
-        -- its ledger_pending row, restored beside it); verify_ledger proves it.
-        IF NEW.content_sha256 IS NULL OR NEW.ledger_form IS NULL
-           OR (NEW.chain_seq IS NULL) <> (NEW.record_sha256 IS NULL) OR (NEW.chain_seq IS NULL) <> (NEW.prev_sha256 IS NULL)
-           OR NEW.record_sha256 <> pg_catalog.sha256(NEW.prev_sha256 || NEW.content_sha256) THEN
-            RAISE EXCEPTION 'a restored record of %.% must carry its chain columns, linked', TG_TABLE_SCHEMA, TG_TABLE_NAME
-                USING ERRCODE = 'QL423';
-        END IF;
-        RETURN NEW;
-    END IF;
-    -- The newest form (querylayer.newest_ledger_form) and the content hash
-    -- (querylayer.ledger_content), inline: one statement each instead of two function calls.
-    SELECT f.form, f.fields INTO v_form, v_fields
-      FROM querylayer.ledger_forms f WHERE f.table_name = format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME)
-     ORDER BY f.form DESC LIMIT 1;
-    IF NOT FOUND THEN
-        PERFORM querylayer.newest_ledger_form(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME));  -- raises QL422
-    END IF;
-    NEW.ledger_form := v_form;
-    NEW.chain_seq := NULL;
-    NEW.prev_sha256 := NULL;
-    NEW.record_sha256 := NULL;
-    v_row := to_jsonb(NEW);
-    NEW.content_sha256 := pg_catalog.sha256(pg_catalog.convert_to(
-        (v_row - ARRAY(SELECT k FROM pg_catalog.jsonb_object_keys(v_row) AS k WHERE NOT (k = ANY (v_fields))))::text,
-        'UTF8'));
-    -- The head, if nobody else holds it (this transaction may already): then what others left
-    -- pending and have committed is sealed first, and this record is linked now.
-    PERFORM 1 FROM querylayer.ledger_heads WHERE site_id = NEW.site_id FOR NO KEY UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        IF NOT EXISTS (SELECT 1 FROM querylayer.ledger_heads WHERE site_id = NEW.site_id) THEN
-            RAISE EXCEPTION 'site % has no ledger', NEW.site_id USING ERRCODE = 'QL404';
-        END IF;
-        -- Another transaction holds it: no waiting; the record is sealed after this one commits.
-        INSERT INTO querylayer.ledger_pending (site_id, table_name, record_id)
-        VALUES (NEW.site_id, format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), NEW.id);
-        RETURN NEW;
-    END IF;
-    IF EXISTS (SELECT 1 FROM querylayer.ledger_pending WHERE site_id = NEW.site_id) THEN
-        PERFORM querylayer.seal_now(NEW.site_id, querylayer.seal_batch(), false);
-    END IF;
-    UPDATE querylayer.ledger_heads h
-       SET seq = h.seq + 1, prev = h.head, head = pg_catalog.sha256(h.head || NEW.content_sha256)
-     WHERE h.site_id = NEW.site_id
-    RETURNING h.seq, h.prev, h.head INTO NEW.chain_seq, NEW.prev_sha256, NEW.record_sha256;
-    RETURN NEW;
-END
-$$;
+LANGUAGE c AS 'MODULE_PATHNAME', 'chain_append';
+
 
 -- The most pending records one seal pass takes (a writer holding the head seals at most this
 -- many before its own record; the worker and seal_ledger take batch after batch).

@@ -430,8 +430,8 @@ BEGIN
     v_model := querylayer.current_model();
     v_rights := querylayer.current_rights();
     RETURN querylayer.sign_and_record(
-        querylayer.navigate(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
-                            p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp())),
+        querylayer.navigate_stored(v_model.id, v_rights.id, querylayer.acting_principal(),
+                                   p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp())),
         NULL::text, NULL::text, v_model, v_rights.id, p_purpose);
 END
 $$;
@@ -452,8 +452,8 @@ BEGIN
     END IF;
     v_model := querylayer.current_model();
     v_rights := querylayer.current_rights();
-    v_nav := querylayer.navigate(v_model.document, querylayer.rights_or_empty(v_rights), querylayer.acting_principal(),
-                                 p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp()));
+    v_nav := querylayer.navigate_stored(v_model.id, v_rights.id, querylayer.acting_principal(),
+                                        p_question, p_purpose, coalesce(p_dialect, 'SAIL_SQL'), querylayer.utc_text(clock_timestamp()));
     INSERT INTO querylayer.answer_drafts (site_id, connection_id, purpose, navigation, model_id, rights_id)
     VALUES (querylayer.ctx_site_id(), querylayer.ctx_connection_id(), p_purpose, v_nav, v_model.id, v_rights.id)
     RETURNING id INTO v_id;

@@ -57,28 +57,18 @@ BEGIN
 END
 $$;
 
+-- The limits' trigger, in C (extension/src/limits.rs): each limited column of the row, measured
+-- as querylayer.value_bytes measures its jsonb (a string's bytes, nothing for null, any other
+-- value's JSON text), against its limit; the first one over it is refused (QL413, naming the
+-- argument). A restore (querylayer.restoring()) brings rows back as they were dumped, even one
+-- stored before its limit existed. Each backend keeps the limits it read, until value_limits
+-- changes (catalog_changed below).
 CREATE FUNCTION querylayer.enforce_value_limits() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_row  jsonb := to_jsonb(NEW);
-    v_size integer;
-    r      record;
-BEGIN
-    -- A restore brings rows back as they were dumped, even one stored before its limit existed.
-    IF TG_OP = 'INSERT' AND querylayer.restoring() THEN
-        RETURN NEW;
-    END IF;
-    FOR r IN SELECT column_name, argument, max_bytes FROM querylayer.value_limits WHERE table_name = TG_TABLE_NAME LOOP
-        v_size := querylayer.value_bytes(v_row -> r.column_name);
-        IF v_size > r.max_bytes THEN
-            RAISE EXCEPTION '% is too large: % bytes, at most % are stored', r.argument, v_size, r.max_bytes
-                USING ERRCODE = 'QL413',
-                      HINT = 'store a reference (a URL, a content id, an artifact key) to larger material';
-        END IF;
-    END LOOP;
-    RETURN NEW;
-END
-$$;
+LANGUAGE c AS 'MODULE_PATHNAME', 'enforce_value_limits';
+
+CREATE TRIGGER zz_catalog_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON querylayer.value_limits
+    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.catalog_changed();
+ALTER TABLE querylayer.value_limits ENABLE ALWAYS TRIGGER zz_catalog_changed;
 
 -- "a0_" fires before every other row trigger (guards, the chain): an oversized value is refused
 -- before anything else is computed from it.

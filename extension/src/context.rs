@@ -130,6 +130,7 @@ unsafe extern "C-unwind" fn on_subxact_event(
         crate::lifecycle::clear();
         crate::partitions::clear();
         crate::ledger::clear();
+        crate::chain::clear();
     }
 }
 
@@ -169,6 +170,7 @@ pub fn clear() {
     crate::lifecycle::clear();
     crate::partitions::clear();
     crate::ledger::clear();
+    crate::chain::clear();
 }
 
 /// The context of the current transaction, if one was established in it.

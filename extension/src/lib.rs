@@ -3,6 +3,8 @@
 
 use pgrx::prelude::*;
 
+mod catalogs;
+mod chain;
 mod context;
 mod delivery;
 mod envelopes;
@@ -10,12 +12,14 @@ mod health;
 mod jsonb;
 mod ledger;
 mod lifecycle;
+mod limits;
 mod oauth;
 mod partitions;
 mod retention;
 mod secrets;
 mod semantic;
 mod sessions;
+mod spi;
 
 ::pgrx::pg_module_magic!(name, version);
 

@@ -27,10 +27,70 @@ fn model(doc: &Jsonb) -> osi::OsiDocument {
     })
 }
 
-fn signer(secret: &[u8]) -> Signer {
+thread_local! {
+    /// The server keys this backend signed with, expanded (an Ed25519 key is expanded from its
+    /// secret, and its public half computed, before it can sign): a key is expanded once.
+    static SIGNERS: std::cell::RefCell<Vec<([u8; 32], std::rc::Rc<Signer>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+    /// Stored semantic models and rights documents, parsed, by row id. Both tables are
+    /// append-only: a row's document never changes, so neither does what it parses to.
+    static MODELS: std::cell::RefCell<Kept<osi::OsiDocument>> = std::cell::RefCell::new(Kept::default());
+    static RIGHTS: std::cell::RefCell<Kept<rights::RightsDocument>> = std::cell::RefCell::new(Kept::default());
+}
+
+/// Parsed documents by row id, at most `KEPT_DOCUMENTS` (then all are dropped and kept anew).
+struct Kept<T>(std::collections::HashMap<pgrx::Uuid, std::rc::Rc<T>>);
+
+impl<T> Default for Kept<T> {
+    fn default() -> Self {
+        Kept(std::collections::HashMap::new())
+    }
+}
+
+const KEPT_DOCUMENTS: usize = 32;
+
+/// The kept parse of the document of row `id` of `table`, or `parse` of it read now.
+fn kept<T>(
+    cache: &'static std::thread::LocalKey<std::cell::RefCell<Kept<T>>>,
+    id: pgrx::Uuid,
+    table: &str,
+    parse: impl FnOnce(&Value) -> T,
+) -> std::rc::Rc<T> {
+    if let Some(found) = cache.with(|c| c.borrow().0.get(&id).cloned()) {
+        return found;
+    }
+    let document = Spi::get_one_with_args::<Jsonb>(
+        &format!("SELECT document FROM querylayer.{table} WHERE id = $1"),
+        &[id.into()],
+    )
+    .unwrap_or_else(|e| error!("querylayer: reading {table} {id} failed: {e}"))
+    .unwrap_or_else(|| error!("querylayer: no {table} row {id}"));
+    let parsed = std::rc::Rc::new(parse(&document.0));
+    cache.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0.len() >= KEPT_DOCUMENTS {
+            c.0.clear();
+        }
+        c.0.insert(id, parsed.clone());
+    });
+    parsed
+}
+
+fn signer(secret: &[u8]) -> std::rc::Rc<Signer> {
     let secret: [u8; 32] =
         secret.try_into().unwrap_or_else(|_| error!("querylayer: a server key must be 32 bytes"));
-    Signer::from_secret(secret)
+    SIGNERS.with(|s| {
+        let mut s = s.borrow_mut();
+        if let Some((_, found)) = s.iter().find(|(k, _)| *k == secret) {
+            return found.clone();
+        }
+        if s.len() >= 8 {
+            s.clear();
+        }
+        let made = std::rc::Rc::new(Signer::from_secret(secret));
+        s.push((secret, made.clone()));
+        made
+    })
 }
 
 fn to_json<T: serde::Serialize>(v: &T) -> Jsonb {
@@ -134,6 +194,28 @@ fn navigate(
     let doc = rights::RightsDocument::from_value(&rights_document.0);
     let request = navigator::NavigatorRequest { question, principal, purpose, dialect };
     to_json(&navigator::answer_question(&model(&document), &doc, &request, time(now)))
+}
+
+/// `navigate` over the model and the rights document stored in rows `model_id` and `rights_id`
+/// (NULL: no rights document, so every decision denies): each row is read and parsed once in a
+/// backend, not at every answer.
+#[pg_extern(stable, parallel_restricted)]
+fn navigate_stored(
+    model_id: pgrx::Uuid,
+    rights_id: Option<pgrx::Uuid>,
+    principal: &str,
+    question: &str,
+    purpose: Option<&str>,
+    dialect: &str,
+    now: &str,
+) -> Jsonb {
+    let model = kept(&MODELS, model_id, "semantic_models", |d| model(&Jsonb(d.clone())));
+    let rights = match rights_id {
+        Some(id) => kept(&RIGHTS, id, "rights_documents", rights::RightsDocument::from_value),
+        None => std::rc::Rc::new(rights::RightsDocument::from_value(&json!({}))),
+    };
+    let request = navigator::NavigatorRequest { question, principal, purpose, dialect };
+    to_json(&navigator::answer_question(&model, &rights, &request, time(now)))
 }
 
 /// Signs a navigator answer with the server key (optionally with text an LLM wrote): the

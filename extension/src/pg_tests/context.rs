@@ -336,8 +336,9 @@ mod tests {
         for f in [
             "querylayer_api.record_artifact(",
             "querylayer.page(",
-            "querylayer.value_bytes(",
             "querylayer.content_state(",
+            "querylayer.chain_append(",
+            "querylayer.enforce_value_limits(",
         ] {
             assert!(called.contains(f), "{f} is counted: {called}");
         }
