@@ -59,24 +59,37 @@ BEGIN
 END
 $$;
 -- One audit row per MCP tool call: who (from the context), which tool, outcome, duration.
--- Never argument values.
-CREATE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcome text, p_duration_ms integer,
-                                                p_error_code text DEFAULT NULL) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- Never argument values. The row is written by querylayer.tool_call_row, the one writer of
+-- tool.call rows (close_tool_call, finish_tool_call and the refusals come here too).
+CREATE FUNCTION querylayer.tool_call_row(p_tool text, p_outcome text, p_duration_ms integer, p_error_code text)
+RETURNS void
+LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM querylayer.require_connection(NULL::text);
-    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+    -- (A name of a letter and up to 79 letters, digits and _; the length apart, since a bounded
+    -- repetition in a pattern costs PostgreSQL's regex engine far more than the test itself.)
+    IF p_tool IS NULL OR length(p_tool) > 80 OR p_tool !~ '^[a-z][a-z0-9_]*$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
     IF p_outcome IS NULL OR p_outcome NOT IN ('ok', 'error') THEN
         RAISE EXCEPTION 'outcome must be ok or error' USING ERRCODE = '22023';
     END IF;
-    IF p_error_code IS NOT NULL AND p_error_code !~ '^[a-z][a-z0-9_]{0,63}$' THEN
+    IF p_error_code IS NOT NULL AND (length(p_error_code) > 64 OR p_error_code !~ '^[a-z][a-z0-9_]*$') THEN
         RAISE EXCEPTION 'error_code: a short machine code is required' USING ERRCODE = '22023';
     END IF;
-    PERFORM querylayer.audit('tool.call'::text, p_tool,
-        jsonb_build_object('tool', p_tool, 'duration_ms', greatest(p_duration_ms, 0), 'error_code', p_error_code),
-        p_outcome);
+    INSERT INTO querylayer.audit_events (site_id, organization_id, principal_kind, agent_id, connection_id,
+                                         action, outcome, target, detail)
+    VALUES (querylayer.ctx_site_id(), querylayer.ctx_organization_id(), 'connection', querylayer.ctx_agent_id(),
+            querylayer.ctx_connection_id(), 'tool.call', p_outcome, p_tool,
+            jsonb_build_object('tool', p_tool, 'duration_ms', greatest(p_duration_ms, 0), 'error_code', p_error_code));
+END
+$$;
+
+CREATE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcome text, p_duration_ms integer,
+                                                p_error_code text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection(NULL::text);
+    PERFORM querylayer.tool_call_row(p_tool, p_outcome, p_duration_ms, p_error_code);
 END
 $$;
 
@@ -84,13 +97,13 @@ $$;
 -- An agent's tool call is one statement, in autocommit, so the statement is the transaction
 -- and the edge makes one round trip (docs/architecture.md, "The request path"):
 --
---   SELECT close_tool_call(o, <the stored answer in o, else the function's answer>, edge_ms)
+--   SELECT o ? 'replay', finish_tool_call(o, <the stored answer in o, else the function's answer>, edge_ms)
 --     FROM open_tool_call(fingerprint, tool, idempotency_key, request_sha256) AS o
 --
 -- (edge/src/db.rs, Call::tool_call_sql, writes it.)
 -- open_tool_call runs first (the call reads its row): it authenticates the connection, whose
 -- context lives until the statement ends, and claims the idempotency key. The function runs as
--- that connection, unless the key holds the stored answer of an earlier call. close_tool_call
+-- that connection, unless the key holds the stored answer of an earlier call. finish_tool_call
 -- stores the answer under the key and writes the tool.call row. A refusal anywhere aborts the
 -- statement, so nothing of the call is kept; the edge then records the refusal with
 -- record_refused_tool_call. A tool of several governed calls (an answer written by the LLM)
@@ -113,11 +126,13 @@ DECLARE
     v_claimed jsonb;
 BEGIN
     PERFORM querylayer_api.authenticate(p_fingerprint);
-    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+    IF p_tool IS NULL OR length(p_tool) > 80 OR p_tool !~ '^[a-z][a-z0-9_]*$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
-    PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
-                                                         p_rate, p_burst), 'connection'::text);
+    IF p_rate IS NOT NULL THEN
+        PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
+                                                             p_rate, p_burst), 'connection'::text);
+    END IF;
     v_opened := jsonb_build_object('tool', p_tool, 'opened_at', clock_timestamp());
     IF p_idempotency_key IS NOT NULL THEN
         v_claimed := querylayer_api.claim_idempotency_key(p_idempotency_key, p_tool, p_request_sha256);
@@ -132,22 +147,33 @@ $$;
 
 -- Ends a tool call opened in this transaction: stores a new answer under the call's key and
 -- writes its tool.call row (outcome ok; duration: p_edge_ms the edge spent before the database,
--- plus the time since open_tool_call). Returns {"value": the answer, "replayed": bool}.
+-- plus the time since open_tool_call). Returns the answer itself, as it came: whether it was the
+-- stored one is p_opened ? 'replay'. (Wrapping it in another object would copy the whole answer
+-- once more.)
+CREATE FUNCTION querylayer_api.finish_tool_call(p_opened jsonb, p_value jsonb, p_edge_ms integer DEFAULT 0)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM querylayer.require_connection(NULL::text);
+    IF NOT p_opened ? 'replay' AND p_opened->>'idempotency_key' IS NOT NULL THEN
+        PERFORM querylayer_api.store_idempotent_response(p_opened->>'idempotency_key', p_value);
+    END IF;
+    PERFORM querylayer.tool_call_row(p_opened->>'tool', 'ok'::text,
+        greatest(coalesce(p_edge_ms, 0), 0)
+        + floor(extract(epoch FROM clock_timestamp() - (p_opened->>'opened_at')::timestamptz) * 1000)::integer,
+        NULL::text);
+    RETURN p_value;
+END
+$$;
+
+-- finish_tool_call as the edges of 0.5.0 and earlier read it: {"value": the answer, "replayed":
+-- bool}.
 CREATE FUNCTION querylayer_api.close_tool_call(p_opened jsonb, p_value jsonb, p_edge_ms integer DEFAULT 0)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_replayed boolean := p_opened ? 'replay';
-    v_ms       integer;
 BEGIN
-    PERFORM querylayer.require_connection(NULL::text);
-    IF NOT v_replayed AND p_opened->>'idempotency_key' IS NOT NULL THEN
-        PERFORM querylayer_api.store_idempotent_response(p_opened->>'idempotency_key', p_value);
-    END IF;
-    v_ms := greatest(coalesce(p_edge_ms, 0), 0)
-          + floor(extract(epoch FROM clock_timestamp() - (p_opened->>'opened_at')::timestamptz) * 1000)::integer;
-    PERFORM querylayer_api.record_tool_call(p_opened->>'tool', 'ok'::text, v_ms, NULL::text);
-    RETURN jsonb_build_object('value', p_value, 'replayed', v_replayed);
+    RETURN jsonb_build_object('value', querylayer_api.finish_tool_call(p_opened, p_value, p_edge_ms),
+                              'replayed', p_opened ? 'replay');
 END
 $$;
 
@@ -195,7 +221,7 @@ BEGIN
             USING ERRCODE = 'QLR01', HINT = 'read from the primary, or wait for the standby';
     END IF;
     PERFORM querylayer_api.authenticate(p_fingerprint);
-    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+    IF p_tool IS NULL OR length(p_tool) > 80 OR p_tool !~ '^[a-z][a-z0-9_]*$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
     RETURN true;
@@ -215,5 +241,5 @@ END
 $$;
 
 GRANT EXECUTE ON FUNCTION querylayer_api.record_tool_call, querylayer_api.open_tool_call,
-    querylayer_api.close_tool_call, querylayer_api.record_refused_tool_call, querylayer_api.open_replica_read,
+    querylayer_api.finish_tool_call, querylayer_api.close_tool_call, querylayer_api.record_refused_tool_call, querylayer_api.open_replica_read,
     querylayer_api.record_replica_read TO querylayer_edge;

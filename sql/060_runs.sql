@@ -224,7 +224,7 @@ DECLARE
     v_bad text;
 BEGIN
     SELECT k INTO v_bad FROM unnest(coalesce(p_keys, '{}')) AS k
-     WHERE k IS NULL OR k !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$' LIMIT 1;
+     WHERE k IS NULL OR length(k) > 128 OR k !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]*$' LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION '%: invalid key % (letters, digits and _.:/-, at most 128)', p_what, coalesce(quote_literal(v_bad), 'NULL')
             USING ERRCODE = '22023';
@@ -276,7 +276,7 @@ BEGIN
         RAISE EXCEPTION 'deadline_seconds must be between 1 and % (the operator''s run_deadline_max_seconds); got %',
             v_max, coalesce(p_deadline_seconds::text, 'NULL') USING ERRCODE = '22023';
     END IF;
-    IF p_run_type IS NULL OR p_run_type !~ '^[a-z][a-z0-9_.:-]{0,79}$' THEN
+    IF p_run_type IS NULL OR length(p_run_type) > 80 OR p_run_type !~ '^[a-z][a-z0-9_.:-]*$' THEN
         RAISE EXCEPTION 'run_type must be a stable identifier (lowercase, digits and _.:-, at most 80); got %',
             coalesce(quote_literal(p_run_type), 'NULL') USING ERRCODE = '22023';
     END IF;
@@ -321,7 +321,7 @@ BEGIN
     IF v_run.connection_id <> querylayer.ctx_connection_id() THEN
         RAISE EXCEPTION 'run % belongs to another connection', p_run_id USING ERRCODE = 'QL403';
     END IF;
-    IF p_key IS NULL OR p_key !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$' THEN
+    IF p_key IS NULL OR length(p_key) > 128 OR p_key !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]*$' THEN
         RAISE EXCEPTION 'key: invalid key % (letters, digits and _.:/-, at most 128)', coalesce(quote_literal(p_key), 'NULL')
             USING ERRCODE = '22023';
     END IF;

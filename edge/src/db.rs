@@ -142,8 +142,9 @@ impl Call {
     /// The one statement of an agent's tool call (sql/050_audit.sql): `open_tool_call`
     /// authenticates, takes a token of the connection's rate ($6, $7) and claims the key ($1 to
     /// $4), the function runs as the connection unless the key holds a stored answer,
-    /// `close_tool_call` stores the answer and writes the audit row ($5: the edge's milliseconds
-    /// before the database). The call's arguments follow.
+    /// `finish_tool_call` stores the answer and writes the audit row ($5: the edge's
+    /// milliseconds before the database). Its row: whether the answer is the stored one, and
+    /// the answer. The call's arguments follow.
     pub fn tool_call_sql(&self) -> String {
         let call = self.invocation(8);
         let value = if self.returns_rows {
@@ -154,7 +155,7 @@ impl Call {
             format!("to_jsonb({call})")
         };
         format!(
-            "SELECT querylayer_api.close_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' ELSE {value} END, $5) \
+            "SELECT o ? 'replay', querylayer_api.finish_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' ELSE {value} END, $5) \
              FROM querylayer_api.open_tool_call($1, $2, $3, $4, $6, $7) AS o"
         )
     }
@@ -291,7 +292,7 @@ const SPEND_PEER_FAILURE: &str = "SELECT querylayer_api.spend_peer_failure($1, $
 const AUTHENTICATE_MEMBER: &str = "SELECT querylayer_api.authenticate_member($1)";
 const AUTHENTICATE_ENVELOPE: &str = "SELECT querylayer_api.authenticate_envelope($1, $2, $3, $4)";
 const OPEN_TOOL_CALL: &str = "SELECT querylayer_api.open_tool_call($1, $2, $3, $4, $5, $6)";
-const CLOSE_TOOL_CALL: &str = "SELECT querylayer_api.close_tool_call($1, $2, $3)";
+const FINISH_TOOL_CALL: &str = "SELECT $1::jsonb ? 'replay', querylayer_api.finish_tool_call($1, $2, $3)";
 const RECORD_REFUSED_TOOL_CALL: &str = "SELECT querylayer_api.record_refused_tool_call($1, $2, $3, $4)";
 const RECORD_REPLICA_READ: &str = "SELECT querylayer_api.record_replica_read($1, $2, $3, $4, $5)";
 
@@ -680,7 +681,7 @@ impl Db {
 
     /// A tool call whose work takes more than one governed call (an answer prepared in the
     /// database, written by the LLM, signed in the database): the same steps as `tool_call`
-    /// in one transaction, `BEGIN; open_tool_call; steps; close_tool_call; COMMIT`, and the
+    /// in one transaction, `BEGIN; open_tool_call; steps; finish_tool_call; COMMIT`, and the
     /// same rule for a refusal.
     pub async fn tool_steps<T: DeserializeOwned>(
         &self,
@@ -704,7 +705,7 @@ impl Db {
                 Some(stored) => stored.clone(),
                 None => steps(&tx).await?,
             };
-            let close = self.prepare(&tx.statement_cache, &tx, CLOSE_TOOL_CALL).await?;
+            let close = self.prepare(&tx.statement_cache, &tx, FINISH_TOOL_CALL).await?;
             self.trip();
             let row = tx.query_one(&close, &[&opened, &value, &edge_ms]).await?;
             self.trip();
@@ -864,16 +865,12 @@ impl Db {
     }
 }
 
-/// What `close_tool_call` returned in `row`: the answer, in the caller's type, and whether it
-/// is the one stored under the key.
+/// What a tool call's statement returned in `row` (`finish_tool_call`): whether the answer is
+/// the one stored under the key, and the answer, in the caller's type.
 fn closed<T: DeserializeOwned>(row: &tokio_postgres::Row) -> Result<(T, Answered), Error> {
-    #[derive(Deserialize)]
-    struct Closed<T> {
-        value: T,
-        replayed: bool,
-    }
-    let closed: Closed<T> = read_json(row)?;
-    Ok((closed.value, if closed.replayed { Answered::Before } else { Answered::Now }))
+    let replayed: bool = row.try_get(0).map_err(unexpected_shape)?;
+    let value: T = read_json_at(row, 1)?;
+    Ok((value, if replayed { Answered::Before } else { Answered::Now }))
 }
 
 /// What `with_envelope` did: the database's receipt, and the result when it allowed the call.
@@ -910,7 +907,12 @@ pub fn parse<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
 /// The JSON of `row`'s first column read straight from the bytes the database sent into `T`,
 /// with no JSON tree in between; a mismatch is a contract break, as in `parse`.
 fn read_json<T: DeserializeOwned>(row: &tokio_postgres::Row) -> Result<T, Error> {
-    row.try_get::<_, tokio_postgres::types::Json<T>>(0).map(|json| json.0).map_err(unexpected_shape)
+    read_json_at(row, 0)
+}
+
+/// The same for column `index`.
+fn read_json_at<T: DeserializeOwned>(row: &tokio_postgres::Row, index: usize) -> Result<T, Error> {
+    row.try_get::<_, tokio_postgres::types::Json<T>>(index).map(|json| json.0).map_err(unexpected_shape)
 }
 
 fn unexpected_shape(e: impl std::fmt::Display) -> Error {
@@ -940,7 +942,7 @@ mod tests {
         let call = Call::new("begin_run").arg("p_run_type", "article.draft".to_string());
         assert_eq!(
             call.tool_call_sql(),
-            "SELECT querylayer_api.close_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' \
+            "SELECT o ? 'replay', querylayer_api.finish_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' \
              ELSE to_jsonb(querylayer_api.begin_run(p_run_type => $8)) END, $5) \
              FROM querylayer_api.open_tool_call($1, $2, $3, $4, $6, $7) AS o"
         );

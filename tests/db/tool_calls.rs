@@ -8,17 +8,23 @@ use querylayer_e2e::{fingerprint, sql_error, TestDb};
 use serde_json::Value;
 
 /// The statement the edge writes for `begin_run` (`Call::tool_call_sql`).
-const BEGIN_RUN: &str = "SELECT querylayer_api.close_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' \
+const BEGIN_RUN: &str =
+    "SELECT o ? 'replay', querylayer_api.finish_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' \
      ELSE to_jsonb(querylayer_api.begin_run(p_run_type => $5)) END, 0) \
      FROM querylayer_api.open_tool_call($1, $2, $3, $4) AS o";
-const FINISH_RUN: &str = "SELECT querylayer_api.close_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' \
+const FINISH_RUN: &str = "SELECT o ? 'replay', querylayer_api.finish_tool_call(o, CASE WHEN o ? 'replay' THEN o->'replay' \
      ELSE to_jsonb(querylayer_api.finish_run(p_run_id => $5::text::uuid, p_outcome => 'completed'::text)) END, 0) \
      FROM querylayer_api.open_tool_call($1, $2, $3, $4) AS o";
 
 fn begin_run(edge: &mut Client, secret: &str, key: Option<&str>) -> Result<Value, postgres::Error> {
     let sha256 = key.map(|_| vec![7u8; 32]);
     edge.query_one(BEGIN_RUN, &[&fingerprint(secret), &"querylayer_begin_run", &key, &sha256, &"tool.calls"])
-        .map(|row| row.get(0))
+        .map(|row| closed(&row))
+}
+
+/// The statement's row as {replayed, value}: whether the answer is the stored one, the answer.
+fn closed(row: &postgres::Row) -> Value {
+    serde_json::json!({"replayed": row.get::<_, bool>(0), "value": row.get::<_, Value>(1)})
 }
 
 /// `tool.call` rows of the connection: (target, outcome, error code).
@@ -152,14 +158,18 @@ fn a_dead_credential_is_a_failed_authentication_never_a_tool_call() {
 #[test]
 fn the_edge_cannot_close_a_call_it_did_not_open() {
     // Writing an `ok` row for a call that never ran needs a live context: without one it is
-    // refused like any governed function.
+    // refused like any governed function, by either function that ends a call.
     let db = TestDb::new();
     let mut edge = db.edge();
-    let err = edge
-        .query_one(
-            "SELECT querylayer_api.close_tool_call('{\"tool\": \"querylayer_begin_run\", \"opened_at\": \"2026-01-01T00:00:00Z\"}'::jsonb, '{}'::jsonb, 0)",
-            &[],
-        )
-        .unwrap_err();
-    assert_eq!(sql_error(&err).0, "QL401");
+    for function in ["finish_tool_call", "close_tool_call"] {
+        let err = edge
+            .query_one(
+                &format!(
+                    "SELECT querylayer_api.{function}('{{\"tool\": \"querylayer_begin_run\", \"opened_at\": \"2026-01-01T00:00:00Z\"}}'::jsonb, '{{}}'::jsonb, 0)"
+                ),
+                &[],
+            )
+            .unwrap_err();
+        assert_eq!(sql_error(&err).0, "QL401", "{function}");
+    }
 }
