@@ -23,36 +23,14 @@
 -- length then bytewise, ", " and ": " separators, timestamps in UTC), so adding a column opens a
 -- new form and never changes how an earlier record verifies. docs/operations.md has the rules.
 
--- Whether an UPDATE of a chained record (rows as jsonb) only fills its empty link, correctly: the
--- link columns go from NULL to a record hash of the previous one and the record's content hash,
--- and nothing else changes. (A table without link columns never qualifies.)
-CREATE FUNCTION querylayer.is_seal(p_old jsonb, p_new jsonb) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    RETURN coalesce(p_old->'chain_seq' = 'null'::jsonb AND p_old->'prev_sha256' = 'null'::jsonb
-               AND p_old->'record_sha256' = 'null'::jsonb
-               AND jsonb_typeof(p_new->'chain_seq') = 'number'
-               AND left(p_new->>'prev_sha256', 2) = '\x' AND left(p_new->>'record_sha256', 2) = '\x'
-               AND left(p_new->>'content_sha256', 2) = '\x'
-               AND p_old - ARRAY['chain_seq', 'prev_sha256', 'record_sha256'] = p_new - ARRAY['chain_seq', 'prev_sha256', 'record_sha256']
-               AND pg_catalog.decode(substr(p_new->>'record_sha256', 3), 'hex')
-                   = pg_catalog.sha256(pg_catalog.decode(substr(p_new->>'prev_sha256', 3), 'hex')
-                                       || pg_catalog.decode(substr(p_new->>'content_sha256', 3), 'hex')), false);
-END
-$$;
-
+-- The append-only trigger, in C (extension/src/ledger.rs): refuses every UPDATE and DELETE of a
+-- row and every TRUNCATE (QL423), with one exception: the sealer filling a pending record's
+-- link, under the seal mark (see the top of this file), and then only an UPDATE in which the
+-- three link columns go from NULL to a number, the record hash of the previous record and the
+-- hash of that and the record's content hash, and every other column keeps the very value it
+-- had.
 CREATE FUNCTION querylayer.forbid_change() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    -- The one exception: the sealer filling a pending record's link (see the top of this file).
-    IF TG_OP = 'UPDATE' AND querylayer.ledger_sealing() AND querylayer.is_seal(to_jsonb(OLD), to_jsonb(NEW)) THEN
-        RETURN NEW;
-    END IF;
-    RAISE EXCEPTION '%.% is append-only: % is refused', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP
-        USING ERRCODE = 'QL423',
-              HINT = 'records here are immutable; append a new record instead';
-END
-$$;
+LANGUAGE c AS 'MODULE_PATHNAME', 'forbid_change';
 
 CREATE FUNCTION querylayer.make_append_only(p_table regclass) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -224,7 +202,6 @@ $$;
 CREATE FUNCTION querylayer.chain_append() RETURNS trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'chain_append';
 
-
 -- The most pending records one seal pass takes (a writer holding the head seals at most this
 -- many before its own record; the worker and seal_ledger take batch after batch).
 CREATE FUNCTION querylayer.seal_batch() RETURNS integer
@@ -234,56 +211,10 @@ BEGIN
 END
 $$;
 
--- Seals p_site's committed pending records, at most p_max, in the order they were written: each
--- takes the next number of the site's chain and links to the record before it, and the head
--- moves once. Effective only under the seal mark (querylayer.ledger_seal, the only caller; without
--- it forbid_change refuses the first UPDATE). Takes the site's head, waiting for it unbounded:
--- callers take it first (chain_append, seal_site). Returns {"sealed": how many, "missing": the
--- first entry whose record is not there to seal, or null}. A missing record (removed behind the
--- triggers) is passed over, so the site's writers go on; seal_now refuses it for the callers that
--- must not go on past a broken ledger (the error is raised there: its code would not survive the
--- extension's Rust frame in between).
-CREATE FUNCTION querylayer.seal_pending(p_site uuid, p_max integer) RETURNS jsonb
-LANGUAGE plpgsql SET bytea_output = 'hex' AS $$
-DECLARE
-    v_seq     bigint;
-    v_head    bytea;
-    v_prev    bytea;
-    v_rec     bytea;
-    v_done    bigint[] := '{}';
-    v_missing jsonb;
-    r         record;
-BEGIN
-    SELECT h.seq, h.head, h.prev INTO v_seq, v_head, v_prev
-      FROM querylayer.ledger_heads h WHERE h.site_id = p_site FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('sealed', 0, 'missing', NULL);
-    END IF;
-    FOR r IN SELECT p.written, p.table_name, p.record_id FROM querylayer.ledger_pending p
-              WHERE p.site_id = p_site ORDER BY p.written LIMIT greatest(coalesce(p_max, 1), 1) LOOP
-        v_rec := NULL;
-        EXECUTE format('UPDATE %s SET chain_seq = $1, prev_sha256 = $2, record_sha256 = pg_catalog.sha256($2 || content_sha256)
-                         WHERE id = $3 AND site_id = $4 AND chain_seq IS NULL RETURNING record_sha256', r.table_name)
-           INTO v_rec USING v_seq + 1, v_head, r.record_id, p_site;
-        IF v_rec IS NULL THEN
-            -- Its record was removed behind the triggers: left for verify_ledger to name.
-            v_missing := coalesce(v_missing, jsonb_build_object('table', r.table_name, 'id', r.record_id));
-            CONTINUE;
-        END IF;
-        v_seq := v_seq + 1;
-        v_prev := v_head;
-        v_head := v_rec;
-        v_done := v_done || r.written;
-    END LOOP;
-    IF cardinality(v_done) > 0 THEN
-        DELETE FROM querylayer.ledger_pending WHERE site_id = p_site AND written = ANY (v_done);
-        UPDATE querylayer.ledger_heads SET seq = v_seq, prev = v_prev, head = v_head WHERE site_id = p_site;
-    END IF;
-    RETURN jsonb_build_object('sealed', cardinality(v_done), 'missing', v_missing);
-END
-$$;
-
--- Seals at most p_max of p_site's committed pending records now (the caller holds the head). With
+-- Seals at most p_max of p_site's committed pending records now (querylayer.ledger_seal, in the
+-- extension's Rust: in the order they were written, each takes the next number of the site's
+-- chain and links to the record before it, and the head moves once; the caller holds the head,
+-- and a record removed behind the triggers is passed over and named as missing). With
 -- p_strict, refuses a pending entry whose record is gone (QLL09): checkpoints and seal_ledger are
 -- never made over a broken ledger. Returns how many it sealed.
 CREATE FUNCTION querylayer.seal_now(p_site uuid, p_max integer, p_strict boolean DEFAULT true) RETURNS integer

@@ -85,7 +85,11 @@ impl<T: Clone> Kept<T> {
     }
 
     /// The same for a `load` that may refuse: a refusal is not kept.
-    pub(crate) fn try_get<E>(&mut self, relid: pg_sys::Oid, load: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    pub(crate) fn try_get<E>(
+        &mut self,
+        relid: pg_sys::Oid,
+        load: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
         register();
         if self.epoch != EPOCH.get() {
             self.entries.clear();

@@ -6,12 +6,15 @@
 //! role alone, and the server key never leaves the database).
 
 use crate::jsonb::Jsonb;
+use crate::spi::{column, first_row, function_info_v1, raised, rows, trigger_data, Arg, Refusal};
+use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::Uuid;
 use querylayer_envelope::Signer;
 use querylayer_ledger::merkle::Frontier;
 use querylayer_ledger::{record_leaf, Checkpoint, Hash};
-use serde_json::json;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use std::cell::Cell;
 
 thread_local! {
@@ -19,10 +22,10 @@ thread_local! {
 }
 
 /// Clears the seal mark when dropped, also when an error unwinds through `ledger_seal`.
-struct SealGuard(bool);
+pub(crate) struct SealGuard(bool);
 
 impl SealGuard {
-    fn set() -> SealGuard {
+    pub(crate) fn set() -> SealGuard {
         SealGuard(SEALING.with(|m| m.replace(true)))
     }
 }
@@ -40,21 +43,187 @@ pub fn clear() {
 
 /// Whether this backend is sealing pending records right now: the one time `forbid_change`
 /// admits an UPDATE of a chained record, and then only one that fills its empty link
-/// (`querylayer.is_seal`). Only `ledger_seal` sets it; no SQL can.
+/// (`is_seal`). Only `ledger_seal` sets it; no SQL can.
 #[pg_extern(stable, parallel_restricted)]
 fn ledger_sealing() -> bool {
     SEALING.with(|m| m.get())
 }
 
-/// Seals at most `max` of `site`'s committed pending records (`querylayer.seal_pending`, under
-/// the seal mark): `{sealed, missing}`.
+/// Seals at most `max` of `site`'s committed pending records, in the order they were written:
+/// each takes the next number of the site's chain and links to the record before it, and the
+/// head moves once (sql/020_ledger.sql, "seal"). Takes the site's head, waiting for it unbounded:
+/// callers take it first (chain_append, seal_site). Returns `{sealed, missing}`: how many, and the
+/// first entry whose record is not there to seal (removed behind the triggers: passed over, so
+/// the site's writers go on; `seal_now` refuses it where a broken ledger must stop).
 #[pg_extern(volatile, parallel_unsafe)]
 #[search_path(pg_catalog, pg_temp)]
 fn ledger_seal(site: Uuid, max: i32) -> Jsonb {
     let _mark = SealGuard::set();
-    Spi::get_one_with_args::<Jsonb>("SELECT querylayer.seal_pending($1, $2)", &[site.into(), max.into()])
-        .unwrap_or_else(|e| error!("querylayer: sealing the ledger of site {site} failed: {e}"))
-        .unwrap_or_else(|| error!("querylayer: sealing the ledger of site {site} returned nothing"))
+    let sealed = Spi::connect(|_| Ok::<_, pgrx::spi::Error>(unsafe { seal(site, max.max(1)) }))
+        .unwrap_or_else(|e| error!("querylayer: sealing the ledger of site {site} failed: {e}"));
+    Jsonb(json!({"sealed": sealed.0, "missing": sealed.1}))
+}
+
+/// The statement that fills the empty link of record `$3` of `table`, on site `$4`, as number
+/// `$1` after the record hash `$2`; it returns the record's hash.
+fn seal_statement(table: &str) -> String {
+    format!(
+        "UPDATE {table} SET chain_seq = $1, prev_sha256 = $2,
+                record_sha256 = pg_catalog.sha256($2 OPERATOR(pg_catalog.||) content_sha256)
+          WHERE id OPERATOR(pg_catalog.=) $3 AND site_id OPERATOR(pg_catalog.=) $4 AND chain_seq IS NULL
+         RETURNING record_sha256"
+    )
+}
+
+/// `ledger_seal`'s work, inside SPI and under the seal mark.
+unsafe fn seal(site: Uuid, max: i32) -> (i64, Value) {
+    let head = first_row(
+        "SELECT h.seq, h.head FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1
+            FOR NO KEY UPDATE",
+        &[Arg::of(site)],
+        |t, d| (column::<i64>(t, d, 1), column::<Vec<u8>>(t, d, 2)),
+    );
+    let Some((Some(mut seq), Some(mut head))) = head else {
+        return (0, Value::Null);
+    };
+    let pending = rows(
+        "SELECT p.written, p.table_name, p.record_id FROM querylayer.ledger_pending p
+          WHERE p.site_id OPERATOR(pg_catalog.=) $1 ORDER BY p.written LIMIT $2",
+        &[Arg::of(site), Arg::of(max as i64)],
+        |t, d| (column::<i64>(t, d, 1), column::<String>(t, d, 2), column::<Uuid>(t, d, 3)),
+    );
+    let (mut prev, mut done, mut missing) = (None::<Vec<u8>>, Vec::new(), Value::Null);
+    for (written, table, record) in pending {
+        let (Some(written), Some(table), Some(record)) = (written, table, record) else { continue };
+        let sealed = first_row(
+            &seal_statement(&table),
+            &[Arg::of(seq + 1), Arg::of(head.clone()), Arg::of(record), Arg::of(site)],
+            |t, d| column::<Vec<u8>>(t, d, 1),
+        )
+        .flatten();
+        let Some(record_sha256) = sealed else {
+            // Its record was removed behind the triggers: left for verify_ledger to name.
+            if missing.is_null() {
+                missing = json!({"table": table, "id": record.to_string()});
+            }
+            continue;
+        };
+        seq += 1;
+        prev = Some(std::mem::replace(&mut head, record_sha256));
+        done.push(written);
+    }
+    if let Some(prev) = prev {
+        first_row(
+            "DELETE FROM querylayer.ledger_pending p
+              WHERE p.site_id OPERATOR(pg_catalog.=) $1 AND p.written OPERATOR(pg_catalog.=) ANY ($2)",
+            &[Arg::of(site), Arg::of(done.clone())],
+            |_, _| (),
+        );
+        first_row(
+            "UPDATE querylayer.ledger_heads h SET seq = $2, prev = $3, head = $4
+              WHERE h.site_id OPERATOR(pg_catalog.=) $1",
+            &[Arg::of(site), Arg::of(seq), Arg::of(prev), Arg::of(head)],
+            |_, _| (),
+        );
+    }
+    (done.len() as i64, missing)
+}
+
+/// Whether an UPDATE of a chained record (`old` to `new`, rows of `rel`) only fills its empty
+/// link, correctly: the link columns go from NULL to a number, the record hash of the previous
+/// record and the hash of that and the record's content hash, and every other column keeps the
+/// very value it had. (A table without link columns never qualifies.)
+unsafe fn is_seal(rel: pg_sys::Relation, old: pg_sys::HeapTuple, new: pg_sys::HeapTuple) -> bool {
+    let desc = (*rel).rd_att;
+    let attnum = |name: &std::ffi::CStr| pg_sys::SPI_fnumber(desc, name.as_ptr());
+    let (seq, prev, record, content) =
+        (attnum(c"chain_seq"), attnum(c"prev_sha256"), attnum(c"record_sha256"), attnum(c"content_sha256"));
+    if seq <= 0 || prev <= 0 || record <= 0 || content <= 0 {
+        return false;
+    }
+    let get = |tuple: pg_sys::HeapTuple, n: i32| {
+        let mut isnull = false;
+        let datum = pg_sys::heap_getattr(tuple, n, desc, &mut isnull);
+        (!isnull).then_some(datum)
+    };
+    if get(old, seq).is_some()
+        || get(old, prev).is_some()
+        || get(old, record).is_some()
+        || get(new, seq).is_none()
+    {
+        return false;
+    }
+    for n in 1..=(*desc).natts {
+        let att = (*desc).attrs.as_ptr().add(n as usize - 1);
+        if (*att).attisdropped || n == seq || n == prev || n == record {
+            continue;
+        }
+        match (get(old, n), get(new, n)) {
+            (None, None) => {}
+            (Some(a), Some(b)) if same_value(a, b, (*att).attbyval, (*att).attlen) => {}
+            _ => return false,
+        }
+    }
+    let bytes = |n: i32| get(new, n).and_then(|d| <Vec<u8> as pgrx::FromDatum>::from_datum(d, false));
+    match (bytes(prev), bytes(content), bytes(record)) {
+        (Some(p), Some(c), Some(r)) => {
+            Sha256::new().chain_update(&p).chain_update(&c).finalize().as_slice() == r.as_slice()
+        }
+        _ => false,
+    }
+}
+
+/// Whether two values of one column are the very same bytes (PostgreSQL's datumIsEqual).
+unsafe fn same_value(a: pg_sys::Datum, b: pg_sys::Datum, byval: bool, len: i16) -> bool {
+    if byval {
+        return a.value() == b.value();
+    }
+    let (pa, pb) = (a.cast_mut_ptr::<u8>(), b.cast_mut_ptr::<u8>());
+    let size = |p: *mut u8| match len {
+        -1 => pgrx::varsize_any(p.cast()),
+        -2 => std::ffi::CStr::from_ptr(p.cast()).to_bytes().len() + 1,
+        n => n as usize,
+    };
+    let (sa, sb) = (size(pa), size(pb));
+    sa == sb && std::slice::from_raw_parts(pa, sa) == std::slice::from_raw_parts(pb, sb)
+}
+
+function_info_v1!(pg_finfo_forbid_change);
+
+/// `querylayer.forbid_change()`: the append-only trigger (BEFORE UPDATE OR DELETE of each row,
+/// BEFORE TRUNCATE of the statement, enabled ALWAYS). Refuses all of them (QL423) but the one
+/// exception: the sealer filling a pending record's link, under the seal mark.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn forbid_change(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    raised(|| forbid(fcinfo))
+}
+
+unsafe fn forbid(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refusal> {
+    let trigger = trigger_data(fcinfo, "forbid_change");
+    let event = (*trigger).tg_event;
+    let rel = (*trigger).tg_relation;
+    let op = event & pg_sys::TRIGGER_EVENT_OPMASK;
+    if op == pg_sys::TRIGGER_EVENT_UPDATE
+        && event & pg_sys::TRIGGER_EVENT_ROW != 0
+        && SEALING.with(|m| m.get())
+        && is_seal(rel, (*trigger).tg_trigtuple, (*trigger).tg_newtuple)
+    {
+        return Ok(pg_sys::Datum::from((*trigger).tg_newtuple));
+    }
+    let name = |p: *const std::ffi::c_char| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+    let schema = name(pg_sys::get_namespace_name((*(*rel).rd_rel).relnamespace));
+    let table = name((*(*rel).rd_rel).relname.data.as_ptr());
+    let operation = match op {
+        pg_sys::TRIGGER_EVENT_INSERT => "INSERT",
+        pg_sys::TRIGGER_EVENT_DELETE => "DELETE",
+        pg_sys::TRIGGER_EVENT_UPDATE => "UPDATE",
+        _ => "TRUNCATE",
+    };
+    Err(Refusal {
+        sqlstate: "QL423",
+        message: format!("{schema}.{table} is append-only: {operation} is refused"),
+        hint: Some("records here are immutable; append a new record instead"),
+    })
 }
 
 fn hash(bytes: &[u8], what: &str) -> Hash {

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 thread_local! {
-    static PLANS: RefCell<HashMap<&'static str, usize>> = RefCell::new(HashMap::new());
+    static PLANS: RefCell<HashMap<String, usize>> = RefCell::new(HashMap::new());
 }
 
 /// A value of a statement's parameter or result column.
@@ -32,10 +32,35 @@ impl Arg {
 /// any of them) with `args`, and hands the first row, if any, to `read` while SPI still holds
 /// it. Must be called inside `Spi::connect`.
 pub(crate) unsafe fn first_row<R>(
-    sql: &'static str,
+    sql: &str,
     args: &[Arg],
     read: impl FnOnce(pg_sys::HeapTuple, pg_sys::TupleDesc) -> R,
 ) -> Option<R> {
+    execute(sql, args, 1);
+    if pg_sys::SPI_processed == 0 || pg_sys::SPI_tuptable.is_null() {
+        return None;
+    }
+    let table = pg_sys::SPI_tuptable;
+    Some(read(*(*table).vals, (*table).tupdesc))
+}
+
+/// Every row of `sql`, each read by `read`, as `first_row` does one.
+pub(crate) unsafe fn rows<R>(
+    sql: &str,
+    args: &[Arg],
+    mut read: impl FnMut(pg_sys::HeapTuple, pg_sys::TupleDesc) -> R,
+) -> Vec<R> {
+    execute(sql, args, 0);
+    if pg_sys::SPI_tuptable.is_null() {
+        return Vec::new();
+    }
+    let table = pg_sys::SPI_tuptable;
+    (0..pg_sys::SPI_processed as usize).map(|i| read(*(*table).vals.add(i), (*table).tupdesc)).collect()
+}
+
+/// Runs the kept plan of `sql` (prepared at its first use) with `args`, at most `limit` rows (0:
+/// all).
+unsafe fn execute(sql: &str, args: &[Arg], limit: i64) {
     let plan = match PLANS.with(|p| p.borrow().get(sql).copied()) {
         Some(p) => p as pg_sys::SPIPlanPtr,
         None => {
@@ -43,24 +68,19 @@ pub(crate) unsafe fn first_row<R>(
             let mut types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid).collect();
             let plan = pg_sys::SPI_prepare(text.as_ptr(), types.len() as i32, types.as_mut_ptr());
             if plan.is_null() || pg_sys::SPI_keepplan(plan) != 0 {
-                error!("querylayer: cannot prepare a statement of a row trigger");
+                error!("querylayer: cannot prepare a statement of the extension's C functions");
             }
-            PLANS.with(|p| p.borrow_mut().insert(sql, plan as usize));
+            PLANS.with(|p| p.borrow_mut().insert(sql.to_string(), plan as usize));
             plan
         }
     };
     let mut values: Vec<pg_sys::Datum> = args.iter().map(|a| a.datum).collect();
     let nulls: Vec<std::ffi::c_char> =
         args.iter().map(|a| if a.null { b'n' } else { b' ' } as std::ffi::c_char).collect();
-    let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 1);
+    let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, limit);
     if rc < 0 {
-        error!("querylayer: a statement of a row trigger failed (SPI code {rc})");
+        error!("querylayer: a statement of the extension's C functions failed (SPI code {rc})");
     }
-    if pg_sys::SPI_processed == 0 || pg_sys::SPI_tuptable.is_null() {
-        return None;
-    }
-    let table = pg_sys::SPI_tuptable;
-    Some(read(*(*table).vals, (*table).tupdesc))
 }
 
 /// Column `n` (1-based) of a row `first_row` handed over.
