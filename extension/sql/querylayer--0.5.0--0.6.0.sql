@@ -714,7 +714,7 @@ DECLARE
     v_bad text;
 BEGIN
     SELECT k INTO v_bad FROM unnest(coalesce(p_keys, '{}')) AS k
-     WHERE k IS NULL OR k !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$' LIMIT 1;
+     WHERE k IS NULL OR length(k) > 128 OR k !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]*$' LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION '%: invalid key % (letters, digits and _.:/-, at most 128)', p_what, coalesce(quote_literal(v_bad), 'NULL')
             USING ERRCODE = '22023';
@@ -1995,19 +1995,8 @@ REVOKE ALL ON FUNCTION querylayer.fail_unbound_tasks(uuid,uuid,boolean,boolean) 
 
 CREATE OR REPLACE FUNCTION querylayer.forbid_change()
  RETURNS trigger
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-BEGIN
-    -- The one exception: the sealer filling a pending record's link (see the top of this file).
-    IF TG_OP = 'UPDATE' AND querylayer.ledger_sealing() AND querylayer.is_seal(to_jsonb(OLD), to_jsonb(NEW)) THEN
-        RETURN NEW;
-    END IF;
-    RAISE EXCEPTION '%.% is append-only: % is refused', TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_OP
-        USING ERRCODE = 'QL423',
-              HINT = 'records here are immutable; append a new record instead';
-END
-$function$;
+ LANGUAGE c
+AS 'querylayer', $function$forbid_change$function$;
 ALTER FUNCTION querylayer.forbid_change() OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.forbid_change() FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
@@ -2176,27 +2165,6 @@ END
 $function$;
 ALTER FUNCTION querylayer.integer_setting(text,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.integer_setting(text,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
-CREATE OR REPLACE FUNCTION querylayer.is_seal(p_old jsonb, p_new jsonb)
- RETURNS boolean
- LANGUAGE plpgsql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-BEGIN
-    RETURN coalesce(p_old->'chain_seq' = 'null'::jsonb AND p_old->'prev_sha256' = 'null'::jsonb
-               AND p_old->'record_sha256' = 'null'::jsonb
-               AND jsonb_typeof(p_new->'chain_seq') = 'number'
-               AND left(p_new->>'prev_sha256', 2) = '\x' AND left(p_new->>'record_sha256', 2) = '\x'
-               AND left(p_new->>'content_sha256', 2) = '\x'
-               AND p_old - ARRAY['chain_seq', 'prev_sha256', 'record_sha256'] = p_new - ARRAY['chain_seq', 'prev_sha256', 'record_sha256']
-               AND pg_catalog.decode(substr(p_new->>'record_sha256', 3), 'hex')
-                   = pg_catalog.sha256(pg_catalog.decode(substr(p_new->>'prev_sha256', 3), 'hex')
-                                       || pg_catalog.decode(substr(p_new->>'content_sha256', 3), 'hex')), false);
-END
-$function$;
-ALTER FUNCTION querylayer.is_seal(jsonb,jsonb) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.is_seal(jsonb,jsonb) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
 CREATE OR REPLACE FUNCTION querylayer.is_write_scope(p_scope text)
  RETURNS boolean
@@ -5040,52 +5008,6 @@ $function$;
 ALTER FUNCTION querylayer.seal_now(uuid,integer,boolean) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.seal_now(uuid,integer,boolean) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
-CREATE OR REPLACE FUNCTION querylayer.seal_pending(p_site uuid, p_max integer)
- RETURNS jsonb
- LANGUAGE plpgsql
- SET bytea_output TO 'hex'
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    v_seq     bigint;
-    v_head    bytea;
-    v_prev    bytea;
-    v_rec     bytea;
-    v_done    bigint[] := '{}';
-    v_missing jsonb;
-    r         record;
-BEGIN
-    SELECT h.seq, h.head, h.prev INTO v_seq, v_head, v_prev
-      FROM querylayer.ledger_heads h WHERE h.site_id = p_site FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        RETURN jsonb_build_object('sealed', 0, 'missing', NULL);
-    END IF;
-    FOR r IN SELECT p.written, p.table_name, p.record_id FROM querylayer.ledger_pending p
-              WHERE p.site_id = p_site ORDER BY p.written LIMIT greatest(coalesce(p_max, 1), 1) LOOP
-        v_rec := NULL;
-        EXECUTE format('UPDATE %s SET chain_seq = $1, prev_sha256 = $2, record_sha256 = pg_catalog.sha256($2 || content_sha256)
-                         WHERE id = $3 AND site_id = $4 AND chain_seq IS NULL RETURNING record_sha256', r.table_name)
-           INTO v_rec USING v_seq + 1, v_head, r.record_id, p_site;
-        IF v_rec IS NULL THEN
-            -- Its record was removed behind the triggers: left for verify_ledger to name.
-            v_missing := coalesce(v_missing, jsonb_build_object('table', r.table_name, 'id', r.record_id));
-            CONTINUE;
-        END IF;
-        v_seq := v_seq + 1;
-        v_prev := v_head;
-        v_head := v_rec;
-        v_done := v_done || r.written;
-    END LOOP;
-    IF cardinality(v_done) > 0 THEN
-        DELETE FROM querylayer.ledger_pending WHERE site_id = p_site AND written = ANY (v_done);
-        UPDATE querylayer.ledger_heads SET seq = v_seq, prev = v_prev, head = v_head WHERE site_id = p_site;
-    END IF;
-    RETURN jsonb_build_object('sealed', cardinality(v_done), 'missing', v_missing);
-END
-$function$;
-ALTER FUNCTION querylayer.seal_pending(uuid,integer) OWNER TO querylayer_owner;
-REVOKE ALL ON FUNCTION querylayer.seal_pending(uuid,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
-
 CREATE OR REPLACE FUNCTION querylayer.seal_site(p_site uuid)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -5772,6 +5694,33 @@ $function$;
 ALTER FUNCTION querylayer.token_wait(text,text,double precision,double precision) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.token_wait(text,text,double precision,double precision) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.tool_call_row(p_tool text, p_outcome text, p_duration_ms integer, p_error_code text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    -- (A name of a letter and up to 79 letters, digits and _; the length apart, since a bounded
+    -- repetition in a pattern costs PostgreSQL's regex engine far more than the test itself.)
+    IF p_tool IS NULL OR length(p_tool) > 80 OR p_tool !~ '^[a-z][a-z0-9_]*$' THEN
+        RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
+    END IF;
+    IF p_outcome IS NULL OR p_outcome NOT IN ('ok', 'error') THEN
+        RAISE EXCEPTION 'outcome must be ok or error' USING ERRCODE = '22023';
+    END IF;
+    IF p_error_code IS NOT NULL AND (length(p_error_code) > 64 OR p_error_code !~ '^[a-z][a-z0-9_]*$') THEN
+        RAISE EXCEPTION 'error_code: a short machine code is required' USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO querylayer.audit_events (site_id, organization_id, principal_kind, agent_id, connection_id,
+                                         action, outcome, target, detail)
+    VALUES (querylayer.ctx_site_id(), querylayer.ctx_organization_id(), 'connection', querylayer.ctx_agent_id(),
+            querylayer.ctx_connection_id(), 'tool.call', p_outcome, p_tool,
+            jsonb_build_object('tool', p_tool, 'duration_ms', greatest(p_duration_ms, 0), 'error_code', p_error_code));
+END
+$function$;
+ALTER FUNCTION querylayer.tool_call_row(text,text,integer,text) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer.tool_call_row(text,text,integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+
 CREATE OR REPLACE FUNCTION querylayer.topical_map_guard()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -6135,7 +6084,7 @@ BEGIN
         RAISE EXCEPTION 'deadline_seconds must be between 1 and % (the operator''s run_deadline_max_seconds); got %',
             v_max, coalesce(p_deadline_seconds::text, 'NULL') USING ERRCODE = '22023';
     END IF;
-    IF p_run_type IS NULL OR p_run_type !~ '^[a-z][a-z0-9_.:-]{0,79}$' THEN
+    IF p_run_type IS NULL OR length(p_run_type) > 80 OR p_run_type !~ '^[a-z][a-z0-9_.:-]*$' THEN
         RAISE EXCEPTION 'run_type must be a stable identifier (lowercase, digits and _.:-, at most 80); got %',
             coalesce(quote_literal(p_run_type), 'NULL') USING ERRCODE = '22023';
     END IF;
@@ -6360,18 +6309,9 @@ CREATE OR REPLACE FUNCTION querylayer_api.close_tool_call(p_opened jsonb, p_valu
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-    v_replayed boolean := p_opened ? 'replay';
-    v_ms       integer;
 BEGIN
-    PERFORM querylayer.require_connection(NULL::text);
-    IF NOT v_replayed AND p_opened->>'idempotency_key' IS NOT NULL THEN
-        PERFORM querylayer_api.store_idempotent_response(p_opened->>'idempotency_key', p_value);
-    END IF;
-    v_ms := greatest(coalesce(p_edge_ms, 0), 0)
-          + floor(extract(epoch FROM clock_timestamp() - (p_opened->>'opened_at')::timestamptz) * 1000)::integer;
-    PERFORM querylayer_api.record_tool_call(p_opened->>'tool', 'ok'::text, v_ms, NULL::text);
-    RETURN jsonb_build_object('value', p_value, 'replayed', v_replayed);
+    RETURN jsonb_build_object('value', querylayer_api.finish_tool_call(p_opened, p_value, p_edge_ms),
+                              'replayed', p_opened ? 'replay');
 END
 $function$;
 ALTER FUNCTION querylayer_api.close_tool_call(jsonb,jsonb,integer) OWNER TO querylayer_owner;
@@ -8201,6 +8141,29 @@ REVOKE ALL ON FUNCTION querylayer_api.finish_run(uuid,text,text,jsonb) FROM PUBL
 GRANT EXECUTE ON FUNCTION querylayer_api.finish_run(uuid,text,text,jsonb) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.finish_run(uuid,text,text,jsonb) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.finish_tool_call(p_opened jsonb, p_value jsonb, p_edge_ms integer DEFAULT 0)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM querylayer.require_connection(NULL::text);
+    IF NOT p_opened ? 'replay' AND p_opened->>'idempotency_key' IS NOT NULL THEN
+        PERFORM querylayer_api.store_idempotent_response(p_opened->>'idempotency_key', p_value);
+    END IF;
+    PERFORM querylayer.tool_call_row(p_opened->>'tool', 'ok'::text,
+        greatest(coalesce(p_edge_ms, 0), 0)
+        + floor(extract(epoch FROM clock_timestamp() - (p_opened->>'opened_at')::timestamptz) * 1000)::integer,
+        NULL::text);
+    RETURN p_value;
+END
+$function$;
+ALTER FUNCTION querylayer_api.finish_tool_call(jsonb,jsonb,integer) OWNER TO querylayer_owner;
+REVOKE ALL ON FUNCTION querylayer_api.finish_tool_call(jsonb,jsonb,integer) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
+GRANT EXECUTE ON FUNCTION querylayer_api.finish_tool_call(jsonb,jsonb,integer) TO querylayer_admin;
+GRANT EXECUTE ON FUNCTION querylayer_api.finish_tool_call(jsonb,jsonb,integer) TO querylayer_edge;
+
 CREATE OR REPLACE FUNCTION querylayer_api.form_screening_metrics(p_days integer DEFAULT 30, p_form text DEFAULT NULL::text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -9599,7 +9562,7 @@ BEGIN
             USING ERRCODE = 'QLR01', HINT = 'read from the primary, or wait for the standby';
     END IF;
     PERFORM querylayer_api.authenticate(p_fingerprint);
-    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+    IF p_tool IS NULL OR length(p_tool) > 80 OR p_tool !~ '^[a-z][a-z0-9_]*$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
     RETURN true;
@@ -9621,11 +9584,13 @@ DECLARE
     v_claimed jsonb;
 BEGIN
     PERFORM querylayer_api.authenticate(p_fingerprint);
-    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
+    IF p_tool IS NULL OR length(p_tool) > 80 OR p_tool !~ '^[a-z][a-z0-9_]*$' THEN
         RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
     END IF;
-    PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
-                                                         p_rate, p_burst), 'connection'::text);
+    IF p_rate IS NOT NULL THEN
+        PERFORM querylayer.refuse_rate(querylayer.take_token('connection'::text, querylayer.ctx_connection_id()::text,
+                                                             p_rate, p_burst), 'connection'::text);
+    END IF;
     v_opened := jsonb_build_object('tool', p_tool, 'opened_at', clock_timestamp());
     IF p_idempotency_key IS NOT NULL THEN
         v_claimed := querylayer_api.claim_idempotency_key(p_idempotency_key, p_tool, p_request_sha256);
@@ -9847,7 +9812,7 @@ BEGIN
     IF v_run.connection_id <> querylayer.ctx_connection_id() THEN
         RAISE EXCEPTION 'run % belongs to another connection', p_run_id USING ERRCODE = 'QL403';
     END IF;
-    IF p_key IS NULL OR p_key !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$' THEN
+    IF p_key IS NULL OR length(p_key) > 128 OR p_key !~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]*$' THEN
         RAISE EXCEPTION 'key: invalid key % (letters, digits and _.:/-, at most 128)', coalesce(quote_literal(p_key), 'NULL')
             USING ERRCODE = '22023';
     END IF;
@@ -10026,18 +9991,7 @@ CREATE OR REPLACE FUNCTION querylayer_api.record_tool_call(p_tool text, p_outcom
 AS $function$
 BEGIN
     PERFORM querylayer.require_connection(NULL::text);
-    IF p_tool IS NULL OR p_tool !~ '^[a-z][a-z0-9_]{0,79}$' THEN
-        RAISE EXCEPTION 'tool: a tool name is required' USING ERRCODE = '22023';
-    END IF;
-    IF p_outcome IS NULL OR p_outcome NOT IN ('ok', 'error') THEN
-        RAISE EXCEPTION 'outcome must be ok or error' USING ERRCODE = '22023';
-    END IF;
-    IF p_error_code IS NOT NULL AND p_error_code !~ '^[a-z][a-z0-9_]{0,63}$' THEN
-        RAISE EXCEPTION 'error_code: a short machine code is required' USING ERRCODE = '22023';
-    END IF;
-    PERFORM querylayer.audit('tool.call'::text, p_tool,
-        jsonb_build_object('tool', p_tool, 'duration_ms', greatest(p_duration_ms, 0), 'error_code', p_error_code),
-        p_outcome);
+    PERFORM querylayer.tool_call_row(p_tool, p_outcome, p_duration_ms, p_error_code);
 END
 $function$;
 ALTER FUNCTION querylayer_api.record_tool_call(text,text,integer,text) OWNER TO querylayer_owner;
@@ -12443,4 +12397,8 @@ SELECT querylayer.ensure_ledger_form('querylayer.runs', 2::smallint, '{agent_id,
 SELECT querylayer.ensure_ledger_form('querylayer.semantic_models', 1::smallint, '{connection_id,document,id,imported_at,imported_by,name,site_id,source_sha256,version}');
 
 SELECT querylayer.ensure_ledger_form('querylayer.state_events', 1::smallint, '{actor,cause,decision_id,id,recorded_at,site_id,state,subject,subject_id}');
+
+DROP FUNCTION IF EXISTS querylayer.is_seal(jsonb,jsonb);
+
+DROP FUNCTION IF EXISTS querylayer.seal_pending(uuid,integer);
 
