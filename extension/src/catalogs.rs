@@ -111,15 +111,17 @@ impl<T: Clone> Kept<T> {
     }
 }
 
-crate::spi::function_info_v1!(pg_finfo_catalog_changed);
+crate::spi::c_function!(
+    /// `querylayer.catalog_changed()`: a statement trigger on the catalogs the row triggers keep.
+    /// Invalidates the catalog's relation cache entry, so every backend drops what it kept of
+    /// any catalog once this transaction commits (the writing backend at once).
+    catalog_changed,
+    pg_finfo_catalog_changed,
+    invalidate
+);
 
-/// `querylayer.catalog_changed()`: a statement trigger on the catalogs the row triggers keep.
-/// Invalidates the catalog's relation cache entry, so every backend drops what it kept of any
-/// catalog once this transaction commits (the writing backend at once).
-#[no_mangle]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn catalog_changed(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+unsafe fn invalidate(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, crate::spi::Refusal> {
     let trigger = crate::spi::trigger_data(fcinfo, "catalog_changed");
     pg_sys::CacheInvalidateRelcacheByRelid((*(*trigger).tg_relation).rd_id);
-    pg_sys::Datum::from(0)
+    Ok(pg_sys::Datum::from(0))
 }

@@ -8,13 +8,13 @@
 //! triggers in C").
 
 use crate::catalogs::Kept;
-use crate::spi::{column, first_row, function_info_v1, raised, trigger_data, Arg, Refusal};
+use crate::spi::{column, first_row, trigger_data, Arg, Refusal};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::{IntoDatum, Uuid};
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::CStr;
 
 /// What the trigger keeps of a chained table.
@@ -41,9 +41,6 @@ struct Attnums {
 
 thread_local! {
     static TABLES: RefCell<Kept<Table>> = RefCell::new(Kept::default());
-    /// `to_jsonb` over each chained table's row type (the function reads its argument's type
-    /// from the call's expression, so each row type has its own), for the backend's life.
-    static TO_JSONB: RefCell<HashMap<pg_sys::Oid, usize>> = RefCell::new(HashMap::new());
     /// The sites whose head this transaction holds (it took the row lock in this transaction
     /// and no subtransaction that took it has aborted since): (local transaction, sites).
     static HELD: RefCell<(u32, HashSet<Uuid>)> = RefCell::new((0, HashSet::new()));
@@ -141,30 +138,6 @@ unsafe fn load(relid: pg_sys::Oid, desc: pg_sys::TupleDesc) -> Result<Table, Ref
     Ok(Table { name, form, left_out, attnums })
 }
 
-/// `to_jsonb` for rows of type `rowtype`.
-unsafe fn to_jsonb(rowtype: pg_sys::Oid) -> *mut pg_sys::FmgrInfo {
-    if let Some(f) = TO_JSONB.with(|m| m.borrow().get(&rowtype).copied()) {
-        return f as *mut pg_sys::FmgrInfo;
-    }
-    let old = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
-    let finfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
-    pg_sys::fmgr_info_cxt(pg_sys::Oid::from(pg_sys::F_TO_JSONB), finfo, pg_sys::TopMemoryContext);
-    let arg = pg_sys::makeNullConst(rowtype, -1, pg_sys::InvalidOid);
-    let args = pg_sys::lappend(std::ptr::null_mut(), arg.cast());
-    (*finfo).fn_expr = pg_sys::makeFuncExpr(
-        pg_sys::Oid::from(pg_sys::F_TO_JSONB),
-        pg_sys::JSONBOID,
-        args,
-        pg_sys::InvalidOid,
-        pg_sys::InvalidOid,
-        pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
-    )
-    .cast();
-    pg_sys::MemoryContextSwitchTo(old);
-    TO_JSONB.with(|m| m.borrow_mut().insert(rowtype, finfo as usize));
-    finfo
-}
-
 /// The settings the canonical text is written under (the SQL trigger's SET clauses): timestamps
 /// in UTC, intervals, bytea in hex, floats as they were.
 const CANONICAL_SETTINGS: [(&CStr, &CStr); 4] = [
@@ -174,7 +147,7 @@ const CANONICAL_SETTINGS: [(&CStr, &CStr); 4] = [
     (c"extra_float_digits", c"1"),
 ];
 
-/// The SHA-256 of the canonical form of `tuple`: `(to_jsonb(row) - <the columns the form does not
+/// The SHA-256 of the canonical form of `tuple`: `(crate::spi::to_jsonb(row) - <the columns the form does not
 /// hash>)::text`, UTF-8, under `CANONICAL_SETTINGS`.
 unsafe fn content_sha256(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple, t: &Table) -> [u8; 32] {
     let desc = (*rel).rd_att;
@@ -196,7 +169,8 @@ unsafe fn content_sha256(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple, t: &Ta
         }
     }
     let row = pg_sys::heap_copy_tuple_as_datum(tuple, desc);
-    let mut jsonb = pg_sys::FunctionCall1Coll(to_jsonb((*(*rel).rd_rel).reltype), pg_sys::InvalidOid, row);
+    let mut jsonb =
+        pg_sys::FunctionCall1Coll(crate::spi::to_jsonb((*(*rel).rd_rel).reltype), pg_sys::InvalidOid, row);
     if !t.left_out.is_empty() {
         let mut keys: Vec<pg_sys::Datum> = t
             .left_out
@@ -275,14 +249,12 @@ unsafe fn check_restored(
     Ok(())
 }
 
-function_info_v1!(pg_finfo_chain_append);
-
-/// The trigger itself (sql/020_ledger.sql declares it).
-#[no_mangle]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn chain_append(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-    raised(|| append(fcinfo))
-}
+crate::spi::c_function!(
+    /// The trigger itself (sql/020_ledger.sql declares it).
+    chain_append,
+    pg_finfo_chain_append,
+    append
+);
 
 unsafe fn append(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refusal> {
     let trigger = trigger_data(fcinfo, "chain_append");

@@ -513,25 +513,24 @@ thread_local! {
 
 /// Whether the installed objects have connection budgets: asked of the catalog until they do.
 fn budgets_exist() -> bool {
-    if BUDGETS_EXIST.get() {
-        return true;
+    if !BUDGETS_EXIST.get() {
+        BUDGETS_EXIST.set(relation_exists("querylayer.connection_budgets"));
     }
-    // A read-only SPI call: `Spi::get_one` would mark the transaction as writing, and a hot
-    // standby refuses to give a reader a transaction id.
-    let exists = Spi::connect(|client| {
+    BUDGETS_EXIST.get()
+}
+
+/// Whether the installed objects have the relation `name`. A read-only SPI call: `Spi::get_one`
+/// would mark the transaction as writing, and a hot standby refuses to give a reader a
+/// transaction id.
+fn relation_exists(name: &str) -> bool {
+    Spi::connect(|client| {
         client
-            .select(
-                "SELECT pg_catalog.to_regclass('querylayer.connection_budgets') IS NOT NULL",
-                Some(1),
-                &[],
-            )
+            .select("SELECT pg_catalog.to_regclass($1) IS NOT NULL", Some(1), &[name.into()])
             .and_then(|rows| rows.first().get_one::<bool>())
     })
     .ok()
     .flatten()
-    .unwrap_or(false);
-    BUDGETS_EXIST.set(exists);
-    exists
+    .unwrap_or(false)
 }
 
 /// The outcome of resolving a credential, before anything is granted.
@@ -726,19 +725,7 @@ impl Credential {
 /// a release without it (served between a package upgrade and `ALTER EXTENSION … UPDATE`).
 fn liveness_generation() -> Option<i64> {
     if !GENERATION_EXISTS.get() {
-        let exists = Spi::connect(|client| {
-            client
-                .select(
-                    "SELECT pg_catalog.to_regclass('querylayer.liveness_generation') IS NOT NULL",
-                    Some(1),
-                    &[],
-                )
-                .and_then(|rows| rows.first().get_one::<bool>())
-        })
-        .ok()
-        .flatten()
-        .unwrap_or(false);
-        if !exists {
+        if !relation_exists("querylayer.liveness_generation") {
             return None;
         }
         GENERATION_EXISTS.set(true);

@@ -6,7 +6,7 @@
 //! role alone, and the server key never leaves the database).
 
 use crate::jsonb::Jsonb;
-use crate::spi::{column, first_row, function_info_v1, raised, rows, trigger_data, Arg, Refusal};
+use crate::spi::{column, first_row, rows, trigger_data, Arg, Refusal};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::Uuid;
@@ -188,15 +188,14 @@ unsafe fn same_value(a: pg_sys::Datum, b: pg_sys::Datum, byval: bool, len: i16) 
     sa == sb && std::slice::from_raw_parts(pa, sa) == std::slice::from_raw_parts(pb, sb)
 }
 
-function_info_v1!(pg_finfo_forbid_change);
-
-/// `querylayer.forbid_change()`: the append-only trigger (BEFORE UPDATE OR DELETE of each row,
-/// BEFORE TRUNCATE of the statement, enabled ALWAYS). Refuses all of them (QL423) but the one
-/// exception: the sealer filling a pending record's link, under the seal mark.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn forbid_change(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-    raised(|| forbid(fcinfo))
-}
+crate::spi::c_function!(
+    /// `querylayer.forbid_change()`: the append-only trigger (BEFORE UPDATE OR DELETE of each row,
+    /// BEFORE TRUNCATE of the statement, enabled ALWAYS). Refuses all of them (QL423) but the one
+    /// exception: the sealer filling a pending record's link, under the seal mark.
+    forbid_change,
+    pg_finfo_forbid_change,
+    forbid
+);
 
 unsafe fn forbid(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refusal> {
     let trigger = trigger_data(fcinfo, "forbid_change");

@@ -6,11 +6,10 @@
 //! limited columns.
 
 use crate::catalogs::Kept;
-use crate::spi::{function_info_v1, raised, trigger_data, Refusal};
+use crate::spi::{trigger_data, Refusal};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::CStr;
 
 #[derive(Clone)]
@@ -23,8 +22,6 @@ struct Limit {
 
 thread_local! {
     static LIMITS: RefCell<Kept<std::rc::Rc<Vec<Limit>>>> = RefCell::new(Kept::default());
-    /// `to_jsonb` for each column type that is neither text nor jsonb, for the backend's life.
-    static TO_JSONB: RefCell<HashMap<pg_sys::Oid, usize>> = RefCell::new(HashMap::new());
 }
 
 unsafe fn limits(rel: pg_sys::Relation) -> std::rc::Rc<Vec<Limit>> {
@@ -68,29 +65,6 @@ unsafe fn limits(rel: pg_sys::Relation) -> std::rc::Rc<Vec<Limit>> {
     })
 }
 
-/// `to_jsonb` for values of type `type_oid`.
-unsafe fn to_jsonb(type_oid: pg_sys::Oid) -> *mut pg_sys::FmgrInfo {
-    if let Some(f) = TO_JSONB.with(|m| m.borrow().get(&type_oid).copied()) {
-        return f as *mut pg_sys::FmgrInfo;
-    }
-    let old = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
-    let finfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
-    pg_sys::fmgr_info_cxt(pg_sys::Oid::from(pg_sys::F_TO_JSONB), finfo, pg_sys::TopMemoryContext);
-    let arg = pg_sys::makeNullConst(type_oid, -1, pg_sys::InvalidOid);
-    (*finfo).fn_expr = pg_sys::makeFuncExpr(
-        pg_sys::Oid::from(pg_sys::F_TO_JSONB),
-        pg_sys::JSONBOID,
-        pg_sys::lappend(std::ptr::null_mut(), arg.cast()),
-        pg_sys::InvalidOid,
-        pg_sys::InvalidOid,
-        pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
-    )
-    .cast();
-    pg_sys::MemoryContextSwitchTo(old);
-    TO_JSONB.with(|m| m.borrow_mut().insert(type_oid, finfo as usize));
-    finfo
-}
-
 /// The size of a value as its caller sent it (querylayer.value_bytes of its jsonb): a string's
 /// bytes, nothing for null, any other value's JSON text.
 unsafe fn size(datum: Option<pg_sys::Datum>, type_oid: pg_sys::Oid) -> i64 {
@@ -102,7 +76,7 @@ unsafe fn size(datum: Option<pg_sys::Datum>, type_oid: pg_sys::Oid) -> i64 {
     let jsonb = if type_oid == pg_sys::JSONBOID {
         datum
     } else {
-        pg_sys::FunctionCall1Coll(to_jsonb(type_oid), pg_sys::InvalidOid, datum)
+        pg_sys::FunctionCall1Coll(crate::spi::to_jsonb(type_oid), pg_sys::InvalidOid, datum)
     };
     let j = pg_sys::pg_detoast_datum(jsonb.cast_mut_ptr()) as *mut pg_sys::Jsonb;
     let root = &mut (*j).root;
@@ -124,14 +98,12 @@ unsafe fn size(datum: Option<pg_sys::Datum>, type_oid: pg_sys::Oid) -> i64 {
     CStr::from_ptr(text.cast_mut_ptr()).to_bytes().len() as i64
 }
 
-function_info_v1!(pg_finfo_enforce_value_limits);
-
-/// The trigger itself (sql/150_limits.sql declares it).
-#[no_mangle]
-#[pg_guard]
-pub unsafe extern "C-unwind" fn enforce_value_limits(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
-    raised(|| enforce(fcinfo))
-}
+crate::spi::c_function!(
+    /// The trigger itself (sql/150_limits.sql declares it).
+    enforce_value_limits,
+    pg_finfo_enforce_value_limits,
+    enforce
+);
 
 unsafe fn enforce(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refusal> {
     let trigger = trigger_data(fcinfo, "enforce_value_limits");

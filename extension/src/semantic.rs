@@ -192,8 +192,21 @@ fn navigate(
     now: &str,
 ) -> Jsonb {
     let doc = rights::RightsDocument::from_value(&rights_document.0);
+    navigated(&model(&document), &doc, principal, question, purpose, dialect, now)
+}
+
+/// The navigator loop's answer, as `navigate` and `navigate_stored` return it.
+fn navigated(
+    model: &osi::OsiDocument,
+    rights: &rights::RightsDocument,
+    principal: &str,
+    question: &str,
+    purpose: Option<&str>,
+    dialect: &str,
+    now: &str,
+) -> Jsonb {
     let request = navigator::NavigatorRequest { question, principal, purpose, dialect };
-    to_json(&navigator::answer_question(&model(&document), &doc, &request, time(now)))
+    to_json(&navigator::answer_question(model, rights, &request, time(now)))
 }
 
 /// `navigate` over the model and the rights document stored in rows `model_id` and `rights_id`
@@ -214,8 +227,7 @@ fn navigate_stored(
         Some(id) => kept(&RIGHTS, id, "rights_documents", rights::RightsDocument::from_value),
         None => std::rc::Rc::new(rights::RightsDocument::from_value(&json!({}))),
     };
-    let request = navigator::NavigatorRequest { question, principal, purpose, dialect };
-    to_json(&navigator::answer_question(&model, &rights, &request, time(now)))
+    navigated(&model, &rights, principal, question, purpose, dialect, now)
 }
 
 /// Signs a navigator answer with the server key (optionally with text an LLM wrote): the

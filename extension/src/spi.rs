@@ -102,18 +102,55 @@ pub(crate) unsafe fn trigger_data(fcinfo: pg_sys::FunctionCallInfo, name: &str) 
     (*fcinfo).context as *mut pg_sys::TriggerData
 }
 
-/// Declares the version-1 calling convention of a C function `$name` (PG_FUNCTION_INFO_V1).
-macro_rules! function_info_v1 {
-    ($finfo:ident) => {
+/// A C function of the extension, `$name` as SQL declares it (`LANGUAGE c AS 'MODULE_PATHNAME',
+/// '$name'`), with the version-1 calling convention (PG_FUNCTION_INFO_V1), whose body `$body`
+/// runs under pgrx's guard and whose `Refusal` is raised with its own SQLSTATE (`raised`).
+macro_rules! c_function {
+    ($(#[$doc:meta])* $name:ident, $finfo:ident, $body:path) => {
         #[no_mangle]
         #[doc(hidden)]
         pub extern "C" fn $finfo() -> &'static pgrx::pg_sys::Pg_finfo_record {
             const V1: pgrx::pg_sys::Pg_finfo_record = pgrx::pg_sys::Pg_finfo_record { api_version: 1 };
             &V1
         }
+
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(fcinfo: pgrx::pg_sys::FunctionCallInfo) -> pgrx::pg_sys::Datum {
+            crate::spi::raised(|| $body(fcinfo))
+        }
     };
 }
-pub(crate) use function_info_v1;
+pub(crate) use c_function;
+
+thread_local! {
+    /// `to_jsonb` for values of each type, for the backend's life.
+    static TO_JSONB: RefCell<HashMap<pg_sys::Oid, usize>> = RefCell::new(HashMap::new());
+}
+
+/// `to_jsonb` for values of type `type_oid` (a row type included): the function reads its
+/// argument's type from the call's expression, so each type has a call of its own.
+pub(crate) unsafe fn to_jsonb(type_oid: pg_sys::Oid) -> *mut pg_sys::FmgrInfo {
+    if let Some(f) = TO_JSONB.with(|m| m.borrow().get(&type_oid).copied()) {
+        return f as *mut pg_sys::FmgrInfo;
+    }
+    let old = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
+    let finfo = pg_sys::palloc0(std::mem::size_of::<pg_sys::FmgrInfo>()) as *mut pg_sys::FmgrInfo;
+    pg_sys::fmgr_info_cxt(pg_sys::Oid::from(pg_sys::F_TO_JSONB), finfo, pg_sys::TopMemoryContext);
+    let arg = pg_sys::makeNullConst(type_oid, -1, pg_sys::InvalidOid);
+    (*finfo).fn_expr = pg_sys::makeFuncExpr(
+        pg_sys::Oid::from(pg_sys::F_TO_JSONB),
+        pg_sys::JSONBOID,
+        pg_sys::lappend(std::ptr::null_mut(), arg.cast()),
+        pg_sys::InvalidOid,
+        pg_sys::InvalidOid,
+        pg_sys::CoercionForm::COERCE_EXPLICIT_CALL,
+    )
+    .cast();
+    pg_sys::MemoryContextSwitchTo(old);
+    TO_JSONB.with(|m| m.borrow_mut().insert(type_oid, finfo as usize));
+    finfo
+}
 
 /// A refusal a row trigger raises with its SQLSTATE. pgrx carries the errors it relays as its
 /// own error codes, which have no room for the project's (QL413, QL422, …): a trigger returns

@@ -136,17 +136,16 @@ fn removing_a_scope_ends_the_backends_acting_with_it() {
     assert_ended(&mut edge, "SELECT querylayer_api.begin_run('article.draft')");
 }
 
-#[test]
-fn an_authentication_racing_a_revocation_waits_for_it_and_sees_it() {
-    let db = TestDb::new();
-    let demo = db.seed_demo();
+/// A revocation of the demo connection is under way (not committed) while `edge` authenticates
+/// with its secret: the authentication waits for the revocation's lock, and once it commits, is
+/// refused.
+fn race_a_revocation(db: &TestDb, demo: &Demo, mut edge: Client) {
     let mut revoker = db.dba();
     revoker.batch_execute("BEGIN").unwrap();
     revoker
         .execute("SELECT querylayer_api.revoke_connection($1::text::uuid)", &[&demo.connection_id])
         .unwrap();
     let secret = demo.secret.clone();
-    let mut edge = db.edge();
     let pid = backend_pid(&mut edge);
     let racer = std::thread::spawn(move || {
         let mut tx = edge.transaction().unwrap();
@@ -157,6 +156,13 @@ fn an_authentication_racing_a_revocation_waits_for_it_and_sees_it() {
     revoker.batch_execute("COMMIT").unwrap();
     let (outcome, _) = racer.join().unwrap();
     assert_eq!(outcome, Err(("28000".into(), "authentication failed".into())));
+}
+
+#[test]
+fn an_authentication_racing_a_revocation_waits_for_it_and_sees_it() {
+    let db = TestDb::new();
+    let demo = db.seed_demo();
+    race_a_revocation(&db, &demo, db.edge());
 }
 
 /// The same race against a backend that keeps the connection's verdict (extension/src/context.rs,
@@ -172,22 +178,7 @@ fn a_kept_verdict_racing_a_revocation_waits_for_it_and_sees_it() {
         authenticate(&mut tx, &demo.secret).unwrap();
         tx.commit().unwrap();
     }
-    let mut revoker = db.dba();
-    revoker.batch_execute("BEGIN").unwrap();
-    revoker
-        .execute("SELECT querylayer_api.revoke_connection($1::text::uuid)", &[&demo.connection_id])
-        .unwrap();
-    let secret = demo.secret.clone();
-    let pid = backend_pid(&mut edge);
-    let racer = std::thread::spawn(move || {
-        let mut tx = edge.transaction().unwrap();
-        let outcome = authenticate(&mut tx, &secret).map_err(|e| sql_error(&e));
-        (outcome.map(|_| ()), tx.rollback())
-    });
-    wait_for_lock_wait(&mut db.superuser(), pid);
-    revoker.batch_execute("COMMIT").unwrap();
-    let (outcome, _) = racer.join().unwrap();
-    assert_eq!(outcome, Err(("28000".into(), "authentication failed".into())));
+    race_a_revocation(&db, &demo, edge);
 }
 
 /// A backend that keeps a connection's verdict sees, at its next authentication, what another

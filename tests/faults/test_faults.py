@@ -113,7 +113,13 @@ def test_one_sites_history_held_30_s_stalls_no_write_and_everything_is_sealed_af
                 assert time.monotonic() < deadline and holder.poll() is None, "the holder never took the head"
                 await asyncio.sleep(0.1)
             started = time.monotonic()
-            # A seal that must happen now waits at most the lock timeout, then says busy.
+            # A seal that must happen now waits at most the lock timeout, then says busy; there
+            # is one to make once a write of the held site has left its record pending.
+            while await asyncio.to_thread(
+                    sql, "SELECT count(*) > 0 FROM querylayer.ledger_pending p "
+                         "JOIN querylayer.sites s ON s.id = p.site_id WHERE s.slug = 'demo'") != "t":
+                assert time.monotonic() < started + 10, "no write of the held site left its record pending"
+                await asyncio.sleep(0.05)
             t0 = time.monotonic()
             sealing["held"] = await asyncio.to_thread(
                 subprocess.run, [BIN, "admin", "seal-ledger", "--site", "demo", "--json"],

@@ -205,18 +205,23 @@ mod tests {
         assert_eq!((code.as_str(), message.as_str()), ("28000", "authentication failed"));
     }
 
-    /// A kept verdict ends with its credential: one that expires while kept is refused.
-    #[pg_test]
-    fn a_kept_verdict_is_not_taken_up_past_its_credential_s_expiry() {
-        use crate::context::kept_verdicts_taken_up as taken_up;
+    /// The secret of a demo connection that expires one second from now.
+    fn connection_of_one_second() -> String {
         demo_secret();
-        let secret = json(
+        json(
             "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'brief', ARRAY['content:read'],
                                                      clock_timestamp() + interval '1 second')",
         )["secret"]
             .as_str()
             .unwrap()
-            .to_string();
+            .to_string()
+    }
+
+    /// A kept verdict ends with its credential: one that expires while kept is refused.
+    #[pg_test]
+    fn a_kept_verdict_is_not_taken_up_past_its_credential_s_expiry() {
+        use crate::context::kept_verdicts_taken_up as taken_up;
+        let secret = connection_of_one_second();
         authenticate(&secret);
         let before = taken_up();
         authenticate(&secret);
@@ -230,14 +235,7 @@ mod tests {
 
     #[pg_test]
     fn a_credential_that_expires_during_its_transaction_is_refused_at_the_next_guard() {
-        demo_secret();
-        let secret = json(
-            "SELECT querylayer_api.create_connection('demo', 'demo-agent', 'brief', ARRAY['content:read'],
-                                                     clock_timestamp() + interval '1 second')",
-        )["secret"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let secret = connection_of_one_second();
         as_edge();
         authenticate(&secret);
         Spi::run("SELECT querylayer_api.list_content(p_limit => 1)").unwrap();
