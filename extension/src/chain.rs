@@ -147,7 +147,7 @@ const CANONICAL_SETTINGS: [(&CStr, &CStr); 4] = [
     (c"extra_float_digits", c"1"),
 ];
 
-/// The SHA-256 of the canonical form of `tuple`: `(crate::spi::to_jsonb(row) - <the columns the form does not
+/// The SHA-256 of the canonical form of `tuple`: `(to_jsonb(row) - <the columns the form does not
 /// hash>)::text`, UTF-8, under `CANONICAL_SETTINGS`.
 unsafe fn content_sha256(rel: pg_sys::Relation, tuple: pg_sys::HeapTuple, t: &Table) -> [u8; 32] {
     let desc = (*rel).rd_att;
