@@ -263,9 +263,17 @@ BEGIN
         p_name, coalesce((SELECT pg_catalog.jsonb_agg(r.value->'item' ORDER BY r.o)
                             FROM pg_catalog.jsonb_array_elements(coalesce(p_rows, '[]')) WITH ORDINALITY AS r(value, o)
                            WHERE r.o <= p_limit), '[]'),
-        'next_cursor', CASE WHEN pg_catalog.jsonb_array_length(coalesce(p_rows, '[]')) > p_limit THEN
-                           querylayer.page_cursor(p_list, p_rows->(p_limit - 1)->>'key', (p_rows->(p_limit - 1)->>'id')::uuid)
-                       END);
+        'next_cursor', querylayer.next_cursor(p_list, p_limit, pg_catalog.jsonb_array_length(coalesce(p_rows, '[]')),
+                                              p_rows->(p_limit - 1)->>'key', (p_rows->(p_limit - 1)->>'id')::uuid));
+END
+$$;
+
+-- The next page's cursor of a page read as p_rows rows of at most p_limit + 1, whose p_limit-th
+-- row has the sort key p_key and the id p_id; NULL on the last page.
+CREATE FUNCTION querylayer.next_cursor(p_list text, p_limit integer, p_rows integer, p_key text, p_id uuid) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN CASE WHEN p_rows > p_limit THEN querylayer.page_cursor(p_list, p_key, p_id) END;
 END
 $$;
 

@@ -254,20 +254,41 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION querylayer.content_json(p_item querylayer.content_items) RETURNS jsonb
+-- An item as readers see it, given its draft revision's title and number: the one shape of an
+-- item, for a single item (content_json) and for a page of a list (content_json_list).
+CREATE FUNCTION querylayer.content_json_of(p_item querylayer.content_items, p_title text, p_draft_number integer)
+RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN (
-    SELECT jsonb_build_object(
+    RETURN jsonb_build_object(
         'content_id', p_item.id, 'slug', p_item.slug, 'template', p_item.template_name,
-        'title', d.fields->>'title', 'state', querylayer.content_state(p_item),
-        'draft_revision_id', p_item.draft_revision_id, 'draft_revision_number', d.revision_number,
+        'title', p_title, 'state', querylayer.content_state(p_item),
+        'draft_revision_id', p_item.draft_revision_id, 'draft_revision_number', p_draft_number,
         'published_revision_id', p_item.published_revision_id, 'published_at', p_item.published_at,
         'archived_at', p_item.archived_at,
         'has_unpublished_changes', p_item.draft_revision_id IS DISTINCT FROM p_item.published_revision_id,
-        'updated_at', p_item.updated_at)
-      FROM (SELECT 1) one
-      LEFT JOIN querylayer.content_revisions d ON d.id = p_item.draft_revision_id);
+        'updated_at', p_item.updated_at);
+END
+$$;
+
+CREATE FUNCTION querylayer.content_json(p_item querylayer.content_items) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT querylayer.content_json_of(p_item, d.fields->>'title', d.revision_number)
+              FROM (SELECT 1) one
+              LEFT JOIN querylayer.content_revisions d ON d.id = p_item.draft_revision_id);
+END
+$$;
+
+-- The items p_ids in that order, as a JSON array: a page of a list in one query, not one an item.
+CREATE FUNCTION querylayer.content_json_list(p_ids uuid[]) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+    SELECT coalesce(jsonb_agg(querylayer.content_json_of(i, d.fields->>'title', d.revision_number) ORDER BY x.o), '[]')
+      FROM unnest(p_ids) WITH ORDINALITY AS x(id, o)
+      JOIN querylayer.content_items i ON i.id = x.id
+      LEFT JOIN querylayer.content_revisions d ON d.id = i.draft_revision_id);
 END
 $$;
 
@@ -423,6 +444,8 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_after record;
+    v_ids   uuid[];
+    v_keys  timestamptz[];
 BEGIN
     PERFORM querylayer.require_principal('content:read'::text);
     IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
@@ -430,15 +453,17 @@ BEGIN
     END IF;
     PERFORM querylayer.page_limit(p_limit);
     v_after := querylayer.page_after('content'::text, p_cursor);
-    RETURN querylayer.page('content'::text, 'items'::text, p_limit, (
-        SELECT jsonb_agg(jsonb_build_object('item', querylayer.content_json(i), 'key', querylayer.page_key(i.created_at),
-                                            'id', i.id) ORDER BY i.created_at DESC, i.id DESC)
-          FROM (SELECT * FROM querylayer.content_items c
-                 WHERE c.site_id = querylayer.ctx_site_id()
-                   AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
-                   AND (v_after.after_id IS NULL
-                        OR (c.created_at, c.id) < (v_after.after_key::timestamptz, v_after.after_id))
-                 ORDER BY c.created_at DESC, c.id DESC LIMIT p_limit + 1) i));
+    SELECT array_agg(c.id ORDER BY c.created_at DESC, c.id DESC), array_agg(c.created_at ORDER BY c.created_at DESC, c.id DESC)
+      INTO v_ids, v_keys
+      FROM (SELECT c.id, c.created_at FROM querylayer.content_items c
+             WHERE c.site_id = querylayer.ctx_site_id()
+               AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
+               AND (v_after.after_id IS NULL
+                    OR (c.created_at, c.id) < (v_after.after_key::timestamptz, v_after.after_id))
+             ORDER BY c.created_at DESC, c.id DESC LIMIT p_limit + 1) c;
+    RETURN jsonb_build_object('items', querylayer.content_json_list(v_ids[1:p_limit]),
+                              'next_cursor', querylayer.next_cursor('content'::text, p_limit, coalesce(cardinality(v_ids), 0),
+                                                                    querylayer.page_key(v_keys[p_limit]), v_ids[p_limit]));
 END
 $$;
 

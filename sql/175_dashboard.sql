@@ -533,6 +533,8 @@ CREATE FUNCTION querylayer_api.console_list_content(p_state text DEFAULT NULL, p
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_after record;
+    v_ids   uuid[];
+    v_keys  timestamptz[];
 BEGIN
     PERFORM querylayer.require_member(NULL::text[]);
     IF p_state IS NOT NULL AND p_state NOT IN ('draft', 'published', 'archived') THEN
@@ -540,16 +542,18 @@ BEGIN
     END IF;
     PERFORM querylayer.page_limit(p_limit, 200);
     v_after := querylayer.page_after('desk_content'::text, p_cursor);
-    RETURN querylayer.page('desk_content'::text, 'items'::text, p_limit, (
-        SELECT jsonb_agg(jsonb_build_object('key', querylayer.page_key(i.updated_at), 'id', i.id,
-                                            'item', querylayer.content_json(i)) ORDER BY i.updated_at DESC, i.id DESC)
-          FROM (SELECT * FROM querylayer.content_items c
-                 WHERE c.site_id = querylayer.ctx_site_id()
-                   AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
-                   AND (v_after.after_id IS NULL
-                        OR (c.updated_at, c.id) < (v_after.after_key::timestamptz, v_after.after_id))
-                 ORDER BY c.updated_at DESC, c.id DESC LIMIT p_limit + 1) i))
-        || jsonb_build_object(
+    SELECT array_agg(c.id ORDER BY c.updated_at DESC, c.id DESC), array_agg(c.updated_at ORDER BY c.updated_at DESC, c.id DESC)
+      INTO v_ids, v_keys
+      FROM (SELECT c.id, c.updated_at FROM querylayer.content_items c
+             WHERE c.site_id = querylayer.ctx_site_id()
+               AND (p_state IS NULL OR querylayer.content_state(c) = p_state)
+               AND (v_after.after_id IS NULL
+                    OR (c.updated_at, c.id) < (v_after.after_key::timestamptz, v_after.after_id))
+             ORDER BY c.updated_at DESC, c.id DESC LIMIT p_limit + 1) c;
+    RETURN jsonb_build_object(
+        'items', querylayer.content_json_list(v_ids[1:p_limit]),
+        'next_cursor', querylayer.next_cursor('desk_content'::text, p_limit, coalesce(cardinality(v_ids), 0),
+                                              querylayer.page_key(v_keys[p_limit]), v_ids[p_limit]),
         'counts', (SELECT jsonb_build_object(
                        'draft', count(*) FILTER (WHERE archived_at IS NULL AND published_revision_id IS NULL),
                        'published', count(*) FILTER (WHERE archived_at IS NULL AND published_revision_id IS NOT NULL),

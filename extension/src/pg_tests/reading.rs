@@ -1,11 +1,11 @@
-//! Reading for agents and reviewers (`sql/170_reading.sql`): revisions, history, templates, and a
-//! stale publish request flagged before anyone decides.
+//! Reading for agents and reviewers (`sql/170_reading.sql`): revisions, history, templates, pages
+//! of content, and a stale publish request flagged before anyone decides.
 
 #[pgrx::pg_schema]
 mod tests {
     use crate::pg_tests::helpers::{
         as_member, authenticate, content_site, draft, expect_sqlstate, json, live_pointer, redraft,
-        request_publish,
+        request_publish, text,
     };
     use pgrx::prelude::*;
     use serde_json::Value;
@@ -56,6 +56,74 @@ mod tests {
         expect_sqlstate(&format!("SELECT querylayer_api.get_revision('{second}')"), "QL403");
         expect_sqlstate(&format!("SELECT querylayer_api.list_revisions('{content_id}')"), "QL403");
         expect_sqlstate("SELECT querylayer_api.list_templates()", "QL403");
+    }
+
+    /// Every item of a page of content, as the agent's list and the desk's list page it (one
+    /// query a page, `content_json_list`), and the item get_content shows are one shape: the same
+    /// members with the same values, page by page in list order, filtered by state.
+    #[pg_test]
+    fn a_page_of_content_shows_each_item_as_get_content_does() {
+        let site = content_site();
+        let (run_id, published, first) = draft(&site.secret, "paged-a");
+        for slug in ["paged-b", "paged-c", "paged-d"] {
+            json(&format!(
+                "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"{slug}\", \"body\": \"B\"}}', NULL, '{slug}')"
+            ));
+        }
+        let proposal = request_publish(&run_id, &published, &first);
+        as_member(&site.owner_token);
+        json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"));
+        assert_eq!(live_pointer(&published).as_deref(), Some(first.as_str()));
+        redraft(&run_id, &published);
+
+        let pages = |list: &str, order: &str| -> Vec<Value> {
+            let mut items = Vec::new();
+            let mut cursor = "NULL".to_string();
+            loop {
+                let page = json(&format!("SELECT querylayer_api.{list}(NULL, 2, {cursor})"));
+                let got = page["items"].as_array().unwrap();
+                assert!(got.len() <= 2, "{page}");
+                items.extend(got.iter().cloned());
+                match page["next_cursor"].as_str() {
+                    Some(next) => cursor = format!("'{next}'"),
+                    None => break,
+                }
+            }
+            let ids: Vec<&str> = items.iter().map(|i| i["content_id"].as_str().unwrap()).collect();
+            let expected = text(&format!(
+                "SELECT string_agg(id::text, ',' ORDER BY {order}) FROM querylayer.content_items
+                  WHERE site_id = querylayer.ctx_site_id()"
+            ));
+            assert_eq!(ids.join(","), expected, "{list} pages every item once, in its order");
+            items
+        };
+        let desk = pages("console_list_content", "updated_at DESC, id DESC");
+        authenticate(&site.secret);
+        let agent = pages("list_content", "created_at DESC, id DESC");
+        assert!(agent.len() >= 4, "{agent:?}");
+        for item in &agent {
+            let id = item["content_id"].as_str().unwrap();
+            let whole = json(&format!("SELECT querylayer_api.get_content('{id}')"));
+            let members = item.as_object().unwrap();
+            assert_eq!(members.len(), 12, "{item}");
+            for (key, value) in members {
+                assert_eq!(&whole[key], value, "{key} of {id}");
+            }
+            assert!(desk.contains(item), "the desk shows {item} alike");
+        }
+        let state =
+            |s: &str| json(&format!("SELECT querylayer_api.list_content('{s}', 50)"))["items"].clone();
+        let published_page = state("published");
+        assert_eq!(published_page.as_array().unwrap().len(), 1, "{published_page}");
+        assert_eq!(published_page[0]["content_id"], published.as_str());
+        assert_eq!(published_page[0]["has_unpublished_changes"], true);
+        assert_eq!(published_page[0]["title"], "T2");
+        assert!(state("draft")
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["state"] == "draft" && i["content_id"] != published.as_str()));
+        assert_eq!(state("archived"), serde_json::json!([]));
     }
 
     #[pg_test]
