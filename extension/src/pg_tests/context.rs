@@ -333,7 +333,9 @@ mod tests {
         let called = functions("pg_stat_get_xact_function_calls(p.oid) > 0");
         for f in [
             "querylayer_api.record_artifact(",
-            "querylayer.page(",
+            "querylayer.next_cursor(",
+            "querylayer.content_json_list(",
+            "querylayer.run_json_list(",
             "querylayer.content_state(",
             "querylayer.chain_append(",
             "querylayer.enforce_value_limits(",

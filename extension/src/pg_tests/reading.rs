@@ -74,7 +74,9 @@ mod tests {
         as_member(&site.owner_token);
         json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"));
         assert_eq!(live_pointer(&published).as_deref(), Some(first.as_str()));
+        authenticate(&site.secret);
         redraft(&run_id, &published);
+        as_member(&site.owner_token);
 
         let pages = |list: &str, order: &str| -> Vec<Value> {
             let mut items = Vec::new();

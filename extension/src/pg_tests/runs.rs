@@ -184,7 +184,25 @@ mod tests {
         let theirs = begin("listed.theirs");
 
         authenticate(&secret);
+        Spi::run(&format!("SELECT querylayer_api.record_artifact('{first}', 'b', '1')")).unwrap();
+        Spi::run(&format!("SELECT querylayer_api.record_artifact('{first}', 'a', '2')")).unwrap();
         let all = json("SELECT querylayer_api.list_runs()");
+        // A page is one query (querylayer.run_json_list); each run in it is the run get_run shows,
+        // member for member, with its agent's handle.
+        for run in all["runs"].as_array().unwrap() {
+            let id = run["run_id"].as_str().unwrap();
+            let whole = json(&format!("SELECT querylayer_api.get_run('{id}')"));
+            let members = run.as_object().unwrap();
+            assert_eq!(members.len(), 20, "{run}");
+            for (key, value) in members.iter().filter(|(key, _)| key.as_str() != "agent") {
+                assert_eq!(&whole[key], value, "{key} of {id}");
+            }
+        }
+        assert_eq!(all["runs"][2]["artifact_keys"], serde_json::json!(["a", "b"]));
+        assert_eq!(all["runs"][1]["state"], "finished");
+        assert_eq!(all["runs"][1]["outcome"], "failed");
+        assert!(all["runs"][1]["deadline_at"].is_string() && all["runs"][1]["finished_at"].is_string(), "{all}");
+        assert_eq!(all["runs"][0]["state"], "open");
         assert_eq!(
             ids("SELECT querylayer_api.list_runs()"),
             [theirs.as_str(), failed.as_str(), first.as_str()],
