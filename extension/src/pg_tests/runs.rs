@@ -201,7 +201,10 @@ mod tests {
         assert_eq!(all["runs"][2]["artifact_keys"], serde_json::json!(["a", "b"]));
         assert_eq!(all["runs"][1]["state"], "finished");
         assert_eq!(all["runs"][1]["outcome"], "failed");
-        assert!(all["runs"][1]["deadline_at"].is_string() && all["runs"][1]["finished_at"].is_string(), "{all}");
+        assert!(
+            all["runs"][1]["deadline_at"].is_string() && all["runs"][1]["finished_at"].is_string(),
+            "{all}"
+        );
         assert_eq!(all["runs"][0]["state"], "open");
         assert_eq!(
             ids("SELECT querylayer_api.list_runs()"),
