@@ -74,3 +74,50 @@ fn arguments_naming_a_site_are_not_authority() {
         .unwrap_err();
     assert_eq!(sql_error(&insert).0, "42501", "row-level security refuses writes outside the context's site");
 }
+
+#[test]
+fn a_page_shows_no_item_of_another_site_whatever_ids_it_is_handed() {
+    // The page helpers (content_json_list, run_json_list) build whatever ids their callers read;
+    // handed another site's ids, they show nothing, even to the owner role that runs them inside
+    // the API's functions: row-level security is forced on every table they read.
+    let db = TestDb::new();
+    let demo = db.seed_demo();
+    let (a, _) = two_sites(&db);
+    let (run, item): (String, String) = in_tx(&db, &demo.secret, |tx| {
+        let run: Value =
+            tx.query_one("SELECT querylayer_api.begin_run('article.draft')", &[]).unwrap().get(0);
+        let run = run["run_id"].as_str().unwrap().to_string();
+        let draft: Value = tx
+            .query_one(
+                "SELECT querylayer_api.create_draft($1::text::uuid, 'article', '{\"title\": \"T\", \"body\": \"B\"}', NULL, 'mine')",
+                &[&run],
+            )
+            .unwrap()
+            .get(0);
+        (run, draft["content_id"].as_str().unwrap().to_string())
+    });
+    let pages = |secret: &str| -> (Value, Value) {
+        let mut su = db.superuser();
+        let mut tx = su.transaction().unwrap();
+        authenticate(&mut tx, secret).unwrap();
+        tx.batch_execute("SET LOCAL ROLE querylayer_owner").unwrap();
+        let content: Value = tx
+            .query_one("SELECT querylayer.content_json_list(ARRAY[$1::text::uuid])", &[&item])
+            .unwrap()
+            .get(0);
+        let runs: Value =
+            tx.query_one("SELECT querylayer.run_json_list(ARRAY[$1::text::uuid])", &[&run]).unwrap().get(0);
+        (content, runs)
+    };
+    let (content, runs) = pages(&demo.secret);
+    assert_eq!(
+        (content[0]["content_id"].as_str(), runs[0]["run_id"].as_str()),
+        (Some(item.as_str()), Some(run.as_str())),
+        "in its own site's context the owner role pages the item and the run"
+    );
+    assert_eq!(
+        pages(&a),
+        (serde_json::json!([]), serde_json::json!([])),
+        "in site A's context the same ids page nothing"
+    );
+}
