@@ -299,9 +299,15 @@ unsafe fn append(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refu
             .unwrap_or(false)
         } else {
             let taken = first_row(
-                "SELECT EXISTS (SELECT 1 FROM querylayer.ledger_pending p WHERE p.site_id OPERATOR(pg_catalog.=) h.site_id)
-                   FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1
-                    FOR NO KEY UPDATE OF h SKIP LOCKED",
+                // The head is taken first (the CTE), and only a head taken is looked behind: a
+                // row's SKIP LOCKED is decided above the scan that computes its select list, so
+                // an EXISTS beside it would read the pending queue (its dead rows included) for
+                // every record that finds the head held, which under concurrency is nearly all.
+                "WITH h AS MATERIALIZED (
+                     SELECT h.site_id FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1
+                        FOR NO KEY UPDATE OF h SKIP LOCKED)
+                 SELECT EXISTS (SELECT 1 FROM querylayer.ledger_pending p WHERE p.site_id OPERATOR(pg_catalog.=) h.site_id)
+                   FROM h",
                 &[site_arg],
                 |t, d| column::<bool>(t, d, 1),
             );
