@@ -44,26 +44,41 @@ BEGIN
 END
 $$;
 
--- One row per site: the newest record's number and hash.
+-- One row per site: the newest record's number and hash; and where its pending queue begins
+-- (pending_from, below): no entry of the queue's was written by a transaction numbered lower,
+-- when pending_cluster is this cluster's system identifier (pg_control_system()). Numbers of
+-- another cluster (a restored dump) say nothing, and a missing one means "from the start".
 CREATE TABLE querylayer.ledger_heads (
     site_id uuid PRIMARY KEY,
     seq     bigint NOT NULL DEFAULT 0,
     head    bytea  NOT NULL,
-    prev    bytea
+    prev    bytea,
+    pending_from    bigint,
+    pending_cluster bigint
 );
 
 -- The records whose link is still empty, one row each, in the order they were written
 -- (querylayer.ledger_pending_order, drawn without a lock): what the next holder of the site's head
 -- seals once they have committed. Operators see every site's (the worker seals them all).
+--
+-- Each entry also holds the number of the transaction that wrote it (xact, its top-level
+-- pg_current_xact_id()), so that the holder of the head reads the queue from where it can still
+-- hold anything, not from its start: a sealer that has sealed every entry it could see sets the
+-- head's pending_from to the oldest transaction still running when it looked (its snapshot's
+-- xmin). Every entry of a transaction numbered lower had committed by then (and was sealed) or
+-- never will. The dead entries a seal leaves behind it (a queue's rows come and go; until a vacuum
+-- its index keeps them) are then never walked again (docs/ledger.md, "Where the queue begins").
 CREATE SEQUENCE querylayer.ledger_pending_order AS bigint;
 CREATE TABLE querylayer.ledger_pending (
     site_id    uuid NOT NULL,
     written    bigint NOT NULL DEFAULT nextval('querylayer.ledger_pending_order'),
     table_name text NOT NULL,
     record_id  uuid NOT NULL UNIQUE,
+    xact       bigint NOT NULL DEFAULT CAST(CAST(pg_catalog.pg_current_xact_id() AS pg_catalog.text) AS pg_catalog.int8),
     PRIMARY KEY (site_id, written)
 );
 ALTER SEQUENCE querylayer.ledger_pending_order OWNED BY querylayer.ledger_pending.written;
+CREATE INDEX ledger_pending_xact ON querylayer.ledger_pending (site_id, xact);
 
 -- The chained tables, in no particular order (verification merges them by chain_seq).
 CREATE TABLE querylayer.ledger_tables (

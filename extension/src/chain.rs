@@ -287,12 +287,26 @@ unsafe fn append(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refu
 
     // The head, if nobody else holds it (this transaction may already): then what others left
     // pending and have committed is sealed first, and this record is linked now.
+    let bounded = crate::ledger::queue_bounded();
     let link: Result<Option<(i64, Vec<u8>, Vec<u8>)>, Refusal> = Spi::connect(|_| {
         let site_arg = Arg::of(site);
+        let cluster = Arg::of(crate::ledger::cluster());
+        // Whether anything waits in the queue, read from where it begins (sql/020_ledger.sql,
+        // ledger_heads: the dead entries before that are never walked).
         let pending = if holds_head(site) {
             first_row(
-                "SELECT EXISTS (SELECT 1 FROM querylayer.ledger_pending p WHERE p.site_id OPERATOR(pg_catalog.=) $1)",
-                &[site_arg],
+                if bounded {
+                    concat!(
+                        "SELECT EXISTS (SELECT 1 FROM querylayer.ledger_heads h, querylayer.ledger_pending p
+                          WHERE h.site_id OPERATOR(pg_catalog.=) $1 AND p.site_id OPERATOR(pg_catalog.=) $1
+                            AND p.xact OPERATOR(pg_catalog.>=) ",
+                        crate::ledger::pending_from!(),
+                        ")"
+                    )
+                } else {
+                    "SELECT EXISTS (SELECT 1 FROM querylayer.ledger_pending p WHERE p.site_id OPERATOR(pg_catalog.=) $1)"
+                },
+                &[site_arg, cluster],
                 |t, d| column::<bool>(t, d, 1),
             )
             .flatten()
@@ -301,14 +315,27 @@ unsafe fn append(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refu
             let taken = first_row(
                 // The head is taken first (the CTE), and only a head taken is looked behind: a
                 // row's SKIP LOCKED is decided above the scan that computes its select list, so
-                // an EXISTS beside it would read the pending queue (its dead rows included) for
-                // every record that finds the head held, which under concurrency is nearly all.
-                "WITH h AS MATERIALIZED (
-                     SELECT h.site_id FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1
-                        FOR NO KEY UPDATE OF h SKIP LOCKED)
-                 SELECT EXISTS (SELECT 1 FROM querylayer.ledger_pending p WHERE p.site_id OPERATOR(pg_catalog.=) h.site_id)
-                   FROM h",
-                &[site_arg],
+                // an EXISTS beside it would read the pending queue for every record that finds
+                // the head held, which under concurrency is nearly all.
+                if bounded {
+                    concat!(
+                        "WITH h AS MATERIALIZED (
+                             SELECT h.site_id, ",
+                        crate::ledger::pending_from!(),
+                        " AS pending_from FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1
+                                FOR NO KEY UPDATE OF h SKIP LOCKED)
+                         SELECT EXISTS (SELECT 1 FROM querylayer.ledger_pending p WHERE p.site_id OPERATOR(pg_catalog.=) h.site_id
+                                           AND p.xact OPERATOR(pg_catalog.>=) h.pending_from)
+                           FROM h"
+                    )
+                } else {
+                    "WITH h AS MATERIALIZED (
+                         SELECT h.site_id FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1
+                            FOR NO KEY UPDATE OF h SKIP LOCKED)
+                     SELECT EXISTS (SELECT 1 FROM querylayer.ledger_pending p WHERE p.site_id OPERATOR(pg_catalog.=) h.site_id)
+                       FROM h"
+                },
+                &[site_arg, cluster],
                 |t, d| column::<bool>(t, d, 1),
             );
             let Some(pending) = taken else {

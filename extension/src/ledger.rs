@@ -19,6 +19,50 @@ use std::cell::Cell;
 
 thread_local! {
     static SEALING: Cell<bool> = const { Cell::new(false) };
+    /// The relation id of querylayer.ledger_pending, once looked up.
+    static QUEUE: Cell<Option<pg_sys::Oid>> = const { Cell::new(None) };
+}
+
+/// Where the pending queue of the head `h` begins, in a statement whose `$2` is this cluster's
+/// identifier (`cluster()`): its `pending_from` if that was set in this cluster, else 0, the
+/// start (sql/020_ledger.sql, ledger_heads). The one place the rule is written. (COALESCE and
+/// CASE are syntax, which no search_path can answer for.)
+macro_rules! pending_from {
+    () => {
+        "COALESCE(CASE WHEN h.pending_cluster OPERATOR(pg_catalog.=) $2 THEN h.pending_from END, 0)"
+    };
+}
+pub(crate) use pending_from;
+
+/// This cluster's system identifier, as `ledger_heads.pending_cluster` holds it.
+pub(crate) fn cluster() -> i64 {
+    // SAFETY: the control file's identifier, read at start and never changed.
+    unsafe { pg_sys::GetSystemIdentifier() as i64 }
+}
+
+/// Whether the pending queue numbers its entries by transaction (`xact`, from 0.8.0 on). The
+/// library serves the objects of the release before until `ALTER EXTENSION … UPDATE`, and then
+/// reads the whole queue, as that release did; so does a backend that cannot find the queue.
+pub(crate) fn queue_bounded() -> bool {
+    let relid = QUEUE.get().unwrap_or_else(|| {
+        let relid = Spi::get_one::<pg_sys::Oid>(
+            "SELECT pg_catalog.to_regclass('querylayer.ledger_pending')::pg_catalog.oid",
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(pg_sys::InvalidOid);
+        if relid != pg_sys::InvalidOid {
+            QUEUE.set(Some(relid));
+        }
+        relid
+    });
+    // SAFETY: a syscache lookup; an unknown relation or column answers InvalidAttrNumber.
+    let found = relid != pg_sys::InvalidOid
+        && unsafe { pg_sys::get_attnum(relid, c"xact".as_ptr()) } != pg_sys::InvalidAttrNumber as i16;
+    if !found {
+        QUEUE.set(None);
+    }
+    found
 }
 
 /// Clears the seal mark when dropped, also when an error unwinds through `ledger_seal`.
@@ -77,24 +121,67 @@ fn seal_statement(table: &str) -> String {
 
 /// `ledger_seal`'s work, inside SPI and under the seal mark.
 unsafe fn seal(site: Uuid, max: i32) -> (i64, Value) {
+    let bounded = queue_bounded();
+    // With the head: where its queue begins, and the oldest transaction running now (no later
+    // than the queue's read below, which therefore sees every entry of an older one).
     let head = first_row(
-        "SELECT h.seq, h.head FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1
-            FOR NO KEY UPDATE",
-        &[Arg::of(site)],
-        |t, d| (column::<i64>(t, d, 1), column::<Vec<u8>>(t, d, 2)),
+        if bounded {
+            concat!(
+                "SELECT h.seq, h.head, ",
+                pending_from!(),
+                ", CAST(CAST(pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot()) AS pg_catalog.text) AS pg_catalog.int8)
+                   FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1
+                    FOR NO KEY UPDATE"
+            )
+        } else {
+            "SELECT h.seq, h.head, 0::pg_catalog.int8, 0::pg_catalog.int8
+               FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE"
+        },
+        &[Arg::of(site), Arg::of(cluster())],
+        |t, d| {
+            (
+                column::<i64>(t, d, 1),
+                column::<Vec<u8>>(t, d, 2),
+                column::<i64>(t, d, 3),
+                column::<i64>(t, d, 4),
+            )
+        },
     );
-    let Some((Some(mut seq), Some(mut head))) = head else {
+    let Some((Some(mut seq), Some(mut head), Some(from), Some(running))) = head else {
         return (0, Value::Null);
     };
+    // The fence (OFFSET 0) keeps the scan on the queue's range (ledger_pending_xact), ahead of
+    // the dead entries at the start of the written order.
     let pending = rows(
-        "SELECT p.written, p.table_name, p.record_id FROM querylayer.ledger_pending p
-          WHERE p.site_id OPERATOR(pg_catalog.=) $1 ORDER BY p.written LIMIT $2",
-        &[Arg::of(site), Arg::of(max as i64)],
-        |t, d| (column::<i64>(t, d, 1), column::<String>(t, d, 2), column::<Uuid>(t, d, 3)),
+        if bounded {
+            "SELECT p.written, p.table_name, p.record_id, p.xact FROM (
+                 SELECT p.written, p.table_name, p.record_id, p.xact FROM querylayer.ledger_pending p
+                  WHERE p.site_id OPERATOR(pg_catalog.=) $1 AND p.xact OPERATOR(pg_catalog.>=) $3 OFFSET 0) p
+              ORDER BY p.written LIMIT $2"
+        } else {
+            "SELECT p.written, p.table_name, p.record_id, 0::pg_catalog.int8 FROM querylayer.ledger_pending p
+              WHERE p.site_id OPERATOR(pg_catalog.=) $1 ORDER BY p.written LIMIT $2"
+        },
+        &[Arg::of(site), Arg::of(max as i64), Arg::of(from)],
+        |t, d| {
+            (
+                column::<i64>(t, d, 1),
+                column::<String>(t, d, 2),
+                column::<Uuid>(t, d, 3),
+                column::<i64>(t, d, 4),
+            )
+        },
     );
+    // Where the queue begins after this seal: where no entry of a transaction still running can
+    // be, unless an entry is left behind (its record removed: it stays, and so does its place), or
+    // the batch was cut (what is after it was not looked at: the beginning stays where it was).
+    let mut begins = (pending.len() < max as usize).then_some(running);
     let (mut prev, mut done, mut missing) = (None::<Vec<u8>>, Vec::new(), Value::Null);
-    for (written, table, record) in pending {
-        let (Some(written), Some(table), Some(record)) = (written, table, record) else { continue };
+    for (written, table, record, xact) in pending {
+        let (Some(written), Some(table), Some(record), Some(xact)) = (written, table, record, xact) else {
+            begins = None;
+            continue;
+        };
         let sealed = first_row(
             &seal_statement(&table),
             &[Arg::of(seq + 1), Arg::of(head.clone()), Arg::of(record), Arg::of(site)],
@@ -103,6 +190,7 @@ unsafe fn seal(site: Uuid, max: i32) -> (i64, Value) {
         .flatten();
         let Some(record_sha256) = sealed else {
             // Its record was removed behind the triggers: left for verify_ledger to name.
+            begins = begins.map(|b| b.min(xact));
             if missing.is_null() {
                 missing = json!({"table": table, "id": record.to_string()});
             }
@@ -112,6 +200,8 @@ unsafe fn seal(site: Uuid, max: i32) -> (i64, Value) {
         prev = Some(std::mem::replace(&mut head, record_sha256));
         done.push(written);
     }
+    // The queue's beginning only moves on.
+    let begins = begins.filter(|b| bounded && *b > from);
     if let Some(prev) = prev {
         first_row(
             "DELETE FROM querylayer.ledger_pending p
@@ -120,9 +210,21 @@ unsafe fn seal(site: Uuid, max: i32) -> (i64, Value) {
             |_, _| (),
         );
         first_row(
-            "UPDATE querylayer.ledger_heads h SET seq = $2, prev = $3, head = $4
+            if begins.is_some() {
+                "UPDATE querylayer.ledger_heads h SET seq = $2, prev = $3, head = $4, pending_from = $5, pending_cluster = $6
+                  WHERE h.site_id OPERATOR(pg_catalog.=) $1"
+            } else {
+                "UPDATE querylayer.ledger_heads h SET seq = $2, prev = $3, head = $4
+                  WHERE h.site_id OPERATOR(pg_catalog.=) $1"
+            },
+            &[Arg::of(site), Arg::of(seq), Arg::of(prev), Arg::of(head), Arg::of(begins), Arg::of(cluster())],
+            |_, _| (),
+        );
+    } else if let Some(begins) = begins {
+        first_row(
+            "UPDATE querylayer.ledger_heads h SET pending_from = $2, pending_cluster = $3
               WHERE h.site_id OPERATOR(pg_catalog.=) $1",
-            &[Arg::of(site), Arg::of(seq), Arg::of(prev), Arg::of(head)],
+            &[Arg::of(site), Arg::of(begins), Arg::of(cluster())],
             |_, _| (),
         );
     }

@@ -594,6 +594,130 @@ fn writers_of_one_site_never_wait_for_its_head_and_each_record_is_sealed_after_w
     assert_eq!(sql_error(&err).0, "QLL09", "{err}");
 }
 
+/// A record of `run` written by `client` in a transaction it leaves open: its id, unlinked.
+fn pending_artifact<'a>(
+    client: &'a mut Client,
+    secret: &str,
+    run: &str,
+    key: &str,
+) -> (postgres::Transaction<'a>, String) {
+    let mut tx = client.transaction().unwrap();
+    tx.batch_execute("SET LOCAL statement_timeout = '3s'").unwrap();
+    authenticate(&mut tx, secret).unwrap();
+    let a = one(
+        &mut tx,
+        "SELECT querylayer_api.record_artifact($1::text::uuid, $2::text, '1'::jsonb)",
+        &[&run, &key],
+    );
+    (tx, a["artifact_id"].as_str().unwrap().to_string())
+}
+
+/// The number of an artifact in its site's chain, if it has one yet.
+fn artifact_seq(ledger: &Ledger, id: &str) -> Option<i64> {
+    ledger
+        .su()
+        .query_one("SELECT chain_seq FROM querylayer.run_artifacts WHERE id = $1::text::uuid", &[&id])
+        .unwrap()
+        .get(0)
+}
+
+/// Where the demo site's pending queue begins, and whether that number is this cluster's.
+fn queue_begins(ledger: &Ledger) -> (Option<i64>, Option<bool>) {
+    let row = ledger
+        .su()
+        .query_one(
+            "SELECT h.pending_from, h.pending_cluster = (SELECT system_identifier FROM pg_control_system())
+               FROM querylayer.ledger_heads h JOIN querylayer.sites s ON s.id = h.site_id WHERE s.slug = 'demo'",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// One record left pending by a writer that commits while `holder` holds the head, which then
+/// commits too: the record's id.
+fn left_pending(ledger: &Ledger, holder: &mut Client, writer: &mut Client, run: &str, key: &str) -> String {
+    let (held, _) = pending_artifact(holder, &ledger.secret, run, &format!("{key}-holder"));
+    let (id, hash) = artifact(writer, &ledger.secret, run, key);
+    assert_eq!(hash, None, "{key} waits to be sealed");
+    held.commit().unwrap();
+    id
+}
+
+#[test]
+fn the_queue_is_read_from_the_oldest_transaction_running_at_the_last_seal_so_no_entry_is_passed_over() {
+    let ledger = Ledger::new("queue-begins");
+    let (mut a, mut b, mut c, mut d) =
+        (ledger.db.edge(), ledger.db.edge(), ledger.db.edge(), ledger.db.edge());
+    let run = begin(&mut d, &ledger.secret);
+    assert_eq!(queue_begins(&ledger), (None, None), "no seal yet: the queue is read from its start");
+
+    // A holds the head; B writes and stays open (its entry pending, its transaction running); C
+    // writes and commits (pending too); A commits.
+    let (held, _) = pending_artifact(&mut a, &ledger.secret, &run, "held");
+    let (mut open, open_id) = pending_artifact(&mut b, &ledger.secret, &run, "open");
+    let open_xact: i64 = open.query_one("SELECT pg_current_xact_id()::text::bigint", &[]).unwrap().get(0);
+    let (committed, hash) = artifact(&mut c, &ledger.secret, &run, "committed");
+    assert_eq!(hash, None);
+    held.commit().unwrap();
+
+    // The next holder seals what it sees (C's), and the queue now begins no later than B's
+    // transaction, which was running: never past an entry that may still commit.
+    let (first, hash) = artifact(&mut d, &ledger.secret, &run, "first");
+    assert!(hash.is_some() && artifact_seq(&ledger, &committed).is_some());
+    let (begins, here) = queue_begins(&ledger);
+    assert_eq!(here, Some(true), "the beginning is this cluster's");
+    let begins = begins.expect("a seal that saw the whole queue says where it begins");
+    assert!(
+        0 < begins && begins <= open_xact,
+        "the queue begins at {begins}, after B's transaction {open_xact}"
+    );
+
+    // B commits; the next holder finds its entry from there, and seals it before its own record.
+    open.commit().unwrap();
+    let (second, _) = artifact(&mut d, &ledger.secret, &run, "second");
+    let (open_seq, second_seq) = (artifact_seq(&ledger, &open_id), artifact_seq(&ledger, &second));
+    assert!(open_seq.is_some() && open_seq < second_seq, "B's record {open_seq:?}, the next {second_seq:?}");
+    assert!(artifact_seq(&ledger, &first) < open_seq);
+    // (Whether it moves past B's depends on every transaction of the cluster: other tests run.)
+    let (moved, _) = queue_begins(&ledger);
+    assert!(moved.unwrap() >= begins, "the beginning never moves back: {moved:?}");
+
+    // A beginning written in another cluster (a dump restored here) says nothing: the queue is
+    // read from its start, and the entry is sealed.
+    let far = "4611686018427387904";
+    ledger
+        .su()
+        .batch_execute(&format!(
+            "UPDATE querylayer.ledger_heads SET pending_from = {far},
+                    pending_cluster = (SELECT system_identifier FROM pg_control_system()) # 1"
+        ))
+        .unwrap();
+    let restored = left_pending(&ledger, &mut a, &mut c, &run, "restored");
+    artifact(&mut d, &ledger.secret, &run, "after-restored");
+    assert!(artifact_seq(&ledger, &restored).is_some(), "another cluster's beginning was trusted");
+    assert_eq!(queue_begins(&ledger).1, Some(true), "the sealer wrote this cluster's");
+
+    // This cluster's beginning is trusted (the sealer only ever moves it on): an entry before it
+    // is not read. That is the control of the case above.
+    ledger
+        .su()
+        .batch_execute(&format!(
+            "UPDATE querylayer.ledger_heads SET pending_from = {far},
+                    pending_cluster = (SELECT system_identifier FROM pg_control_system())"
+        ))
+        .unwrap();
+    let skipped = left_pending(&ledger, &mut a, &mut c, &run, "skipped");
+    artifact(&mut d, &ledger.secret, &run, "after-skipped");
+    assert_eq!(artifact_seq(&ledger, &skipped), None, "an entry before this cluster's beginning was read");
+    ledger.su().batch_execute("UPDATE querylayer.ledger_heads SET pending_from = NULL").unwrap();
+    artifact(&mut d, &ledger.secret, &run, "last");
+    assert!(artifact_seq(&ledger, &skipped).is_some());
+    let report: Value =
+        ledger.db.dba().query_one("SELECT querylayer_api.verify_ledger('demo'::text)", &[]).unwrap().get(0);
+    assert_eq!((report["ok"].clone(), report["pending"].clone()), (json!(true), json!(0)), "{report}");
+}
+
 fn dsn_value(key: &str) -> String {
     admin_dsn()
         .split_whitespace()
