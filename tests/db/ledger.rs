@@ -493,9 +493,14 @@ fn a_checkpoint_is_never_signed_over_a_broken_ledger_and_only_operators_make_the
     }
 }
 
-/// One governed write of the demo agent in a transaction of its own: an artifact of `run`.
-/// Returns (artifact id, record_sha256 as answered).
-fn artifact(client: &mut Client, secret: &str, run: &str, key: &str) -> (String, Option<String>) {
+/// A governed write of the demo agent, an artifact of `run`, in a transaction left open: the
+/// transaction and the answer.
+fn open_artifact<'a>(
+    client: &'a mut Client,
+    secret: &str,
+    run: &str,
+    key: &str,
+) -> (postgres::Transaction<'a>, Value) {
     let mut tx = client.transaction().unwrap();
     // A writer that waited for the head would run into this.
     tx.batch_execute("SET LOCAL statement_timeout = '3s'").unwrap();
@@ -505,6 +510,12 @@ fn artifact(client: &mut Client, secret: &str, run: &str, key: &str) -> (String,
         "SELECT querylayer_api.record_artifact($1::text::uuid, $2::text, '1'::jsonb)",
         &[&run, &key],
     );
+    (tx, a)
+}
+
+/// The same in a transaction of its own. Returns (artifact id, record_sha256 as answered).
+fn artifact(client: &mut Client, secret: &str, run: &str, key: &str) -> (String, Option<String>) {
+    let (tx, a) = open_artifact(client, secret, run, key);
     tx.commit().unwrap();
     (a["artifact_id"].as_str().unwrap().to_string(), a["record_sha256"].as_str().map(str::to_string))
 }
@@ -526,12 +537,7 @@ fn writers_of_one_site_never_wait_for_its_head_and_each_record_is_sealed_after_w
     let run = begin(&mut b, &ledger.secret);
 
     // A holds the site's head: a write of its own, not committed yet.
-    let mut ta = a.transaction().unwrap();
-    authenticate(&mut ta, &ledger.secret).unwrap();
-    let held: Value = ta
-        .query_one("SELECT querylayer_api.record_artifact($1::text::uuid, 'held'::text, '1'::jsonb)", &[&run])
-        .unwrap()
-        .get(0);
+    let (ta, held) = open_artifact(&mut a, &ledger.secret, &run, "held");
     let held_id = held["artifact_id"].as_str().unwrap().to_string();
     assert!(held["record_sha256"].is_string(), "the holder links its record at once: {held}");
 
@@ -571,10 +577,7 @@ fn writers_of_one_site_never_wait_for_its_head_and_each_record_is_sealed_after_w
 
     // A pending record rewritten behind the triggers (nobody has written since, so it still
     // waits) is named before it is ever sealed.
-    let mut ta = a.transaction().unwrap();
-    authenticate(&mut ta, &ledger.secret).unwrap();
-    ta.query_one("SELECT querylayer_api.record_artifact($1::text::uuid, 'held2'::text, '1'::jsonb)", &[&run])
-        .unwrap();
+    let (ta, _) = open_artifact(&mut a, &ledger.secret, &run, "held2");
     let (b3, _) = artifact(&mut b, &ledger.secret, &run, "b3");
     ta.commit().unwrap();
     ledger
@@ -592,24 +595,6 @@ fn writers_of_one_site_never_wait_for_its_head_and_each_record_is_sealed_after_w
     let err =
         ledger.db.dba().query_one("SELECT querylayer_api.create_checkpoints('demo'::text)", &[]).unwrap_err();
     assert_eq!(sql_error(&err).0, "QLL09", "{err}");
-}
-
-/// A record of `run` written by `client` in a transaction it leaves open: its id, unlinked.
-fn pending_artifact<'a>(
-    client: &'a mut Client,
-    secret: &str,
-    run: &str,
-    key: &str,
-) -> (postgres::Transaction<'a>, String) {
-    let mut tx = client.transaction().unwrap();
-    tx.batch_execute("SET LOCAL statement_timeout = '3s'").unwrap();
-    authenticate(&mut tx, secret).unwrap();
-    let a = one(
-        &mut tx,
-        "SELECT querylayer_api.record_artifact($1::text::uuid, $2::text, '1'::jsonb)",
-        &[&run, &key],
-    );
-    (tx, a["artifact_id"].as_str().unwrap().to_string())
 }
 
 /// The number of an artifact in its site's chain, if it has one yet.
@@ -637,7 +622,7 @@ fn queue_begins(ledger: &Ledger) -> (Option<i64>, Option<bool>) {
 /// One record left pending by a writer that commits while `holder` holds the head, which then
 /// commits too: the record's id.
 fn left_pending(ledger: &Ledger, holder: &mut Client, writer: &mut Client, run: &str, key: &str) -> String {
-    let (held, _) = pending_artifact(holder, &ledger.secret, run, &format!("{key}-holder"));
+    let (held, _) = open_artifact(holder, &ledger.secret, run, &format!("{key}-holder"));
     let (id, hash) = artifact(writer, &ledger.secret, run, key);
     assert_eq!(hash, None, "{key} waits to be sealed");
     held.commit().unwrap();
@@ -654,8 +639,9 @@ fn the_queue_is_read_from_the_oldest_transaction_running_at_the_last_seal_so_no_
 
     // A holds the head; B writes and stays open (its entry pending, its transaction running); C
     // writes and commits (pending too); A commits.
-    let (held, _) = pending_artifact(&mut a, &ledger.secret, &run, "held");
-    let (mut open, open_id) = pending_artifact(&mut b, &ledger.secret, &run, "open");
+    let (held, _) = open_artifact(&mut a, &ledger.secret, &run, "held");
+    let (mut open, pending) = open_artifact(&mut b, &ledger.secret, &run, "open");
+    let open_id = pending["artifact_id"].as_str().unwrap().to_string();
     let open_xact: i64 = open.query_one("SELECT pg_current_xact_id()::text::bigint", &[]).unwrap().get(0);
     let (committed, hash) = artifact(&mut c, &ledger.secret, &run, "committed");
     assert_eq!(hash, None);
