@@ -68,14 +68,14 @@ CREATE TABLE querylayer.ledger_heads (
 -- xmin). Every entry of a transaction numbered lower had committed by then (and was sealed) or
 -- never will. The dead entries a seal leaves behind it (a queue's rows come and go; until a vacuum
 -- its index keeps them) are then never walked again (docs/ledger.md, "Where the queue begins").
+-- Two indexes, each entry's upkeep: the record's (the seal deletes by it) and the queue's range.
 CREATE SEQUENCE querylayer.ledger_pending_order AS bigint;
 CREATE TABLE querylayer.ledger_pending (
     site_id    uuid NOT NULL,
     written    bigint NOT NULL DEFAULT nextval('querylayer.ledger_pending_order'),
     table_name text NOT NULL,
-    record_id  uuid NOT NULL UNIQUE,
-    xact       bigint NOT NULL DEFAULT CAST(CAST(pg_catalog.pg_current_xact_id() AS pg_catalog.text) AS pg_catalog.int8),
-    PRIMARY KEY (site_id, written)
+    record_id  uuid PRIMARY KEY,
+    xact       bigint NOT NULL DEFAULT CAST(CAST(pg_catalog.pg_current_xact_id() AS pg_catalog.text) AS pg_catalog.int8)
 );
 ALTER SEQUENCE querylayer.ledger_pending_order OWNED BY querylayer.ledger_pending.written;
 CREATE INDEX ledger_pending_xact ON querylayer.ledger_pending (site_id, xact);

@@ -150,35 +150,26 @@ unsafe fn seal(site: Uuid, max: i32) -> (i64, Value) {
     let Some((Some(mut seq), Some(mut head), Some(from), Some(running))) = head else {
         return (0, Value::Null);
     };
-    // The fence (OFFSET 0) keeps the scan on the queue's range (ledger_pending_xact), ahead of
-    // the dead entries at the start of the written order.
+    // Read from where the queue begins (ledger_pending_xact), sorted by the order of writing.
     let pending = rows(
         if bounded {
-            "SELECT p.written, p.table_name, p.record_id, p.xact FROM (
-                 SELECT p.written, p.table_name, p.record_id, p.xact FROM querylayer.ledger_pending p
-                  WHERE p.site_id OPERATOR(pg_catalog.=) $1 AND p.xact OPERATOR(pg_catalog.>=) $3 OFFSET 0) p
+            "SELECT p.table_name, p.record_id, p.xact FROM querylayer.ledger_pending p
+              WHERE p.site_id OPERATOR(pg_catalog.=) $1 AND p.xact OPERATOR(pg_catalog.>=) $3
               ORDER BY p.written LIMIT $2"
         } else {
-            "SELECT p.written, p.table_name, p.record_id, 0::pg_catalog.int8 FROM querylayer.ledger_pending p
+            "SELECT p.table_name, p.record_id, 0::pg_catalog.int8 FROM querylayer.ledger_pending p
               WHERE p.site_id OPERATOR(pg_catalog.=) $1 ORDER BY p.written LIMIT $2"
         },
         &[Arg::of(site), Arg::of(max as i64), Arg::of(from)],
-        |t, d| {
-            (
-                column::<i64>(t, d, 1),
-                column::<String>(t, d, 2),
-                column::<Uuid>(t, d, 3),
-                column::<i64>(t, d, 4),
-            )
-        },
+        |t, d| (column::<String>(t, d, 1), column::<Uuid>(t, d, 2), column::<i64>(t, d, 3)),
     );
     // Where the queue begins after this seal: where no entry of a transaction still running can
     // be, unless an entry is left behind (its record removed: it stays, and so does its place), or
     // the batch was cut (what is after it was not looked at: the beginning stays where it was).
     let mut begins = (pending.len() < max as usize).then_some(running);
     let (mut prev, mut done, mut missing) = (None::<Vec<u8>>, Vec::new(), Value::Null);
-    for (written, table, record, xact) in pending {
-        let (Some(written), Some(table), Some(record), Some(xact)) = (written, table, record, xact) else {
+    for (table, record, xact) in pending {
+        let (Some(table), Some(record), Some(xact)) = (table, record, xact) else {
             begins = None;
             continue;
         };
@@ -198,14 +189,14 @@ unsafe fn seal(site: Uuid, max: i32) -> (i64, Value) {
         };
         seq += 1;
         prev = Some(std::mem::replace(&mut head, record_sha256));
-        done.push(written);
+        done.push(record);
     }
     // The queue's beginning only moves on.
     let begins = begins.filter(|b| bounded && *b > from);
     if let Some(prev) = prev {
         first_row(
             "DELETE FROM querylayer.ledger_pending p
-              WHERE p.site_id OPERATOR(pg_catalog.=) $1 AND p.written OPERATOR(pg_catalog.=) ANY ($2)",
+              WHERE p.site_id OPERATOR(pg_catalog.=) $1 AND p.record_id OPERATOR(pg_catalog.=) ANY ($2)",
             &[Arg::of(site), Arg::of(done.clone())],
             |_, _| (),
         );

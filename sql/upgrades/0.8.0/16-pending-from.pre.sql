@@ -8,3 +8,8 @@ ALTER TABLE querylayer.ledger_heads
 ALTER TABLE querylayer.ledger_pending
     ADD COLUMN xact bigint NOT NULL DEFAULT CAST(CAST(pg_catalog.pg_current_xact_id() AS pg_catalog.text) AS pg_catalog.int8);
 CREATE INDEX ledger_pending_xact ON querylayer.ledger_pending (site_id, xact);
+-- The order of writing is no longer a key: the record is (the seal deletes by it).
+ALTER TABLE querylayer.ledger_pending
+    DROP CONSTRAINT ledger_pending_pkey,
+    DROP CONSTRAINT ledger_pending_record_id_key,
+    ADD PRIMARY KEY (record_id);
