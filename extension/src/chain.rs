@@ -8,7 +8,7 @@
 //! triggers in C").
 
 use crate::catalogs::Kept;
-use crate::spi::{column, first_row, trigger_data, Arg, Refusal};
+use crate::spi::{by_index, column, first_row, trigger_data, Arg, Refusal};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::{IntoDatum, Uuid};
@@ -294,7 +294,7 @@ unsafe fn append(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refu
         // Whether anything waits in the queue, read from where it begins (sql/020_ledger.sql,
         // ledger_heads: the dead entries before that are never walked).
         let pending = if holds_head(site) {
-            first_row(
+            by_index(|| first_row(
                 if bounded {
                     concat!(
                         "SELECT EXISTS (SELECT 1 FROM querylayer.ledger_heads h, querylayer.ledger_pending p
@@ -308,11 +308,11 @@ unsafe fn append(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refu
                 },
                 &[site_arg, cluster],
                 |t, d| column::<bool>(t, d, 1),
-            )
+            ))
             .flatten()
             .unwrap_or(false)
         } else {
-            let taken = first_row(
+            let taken = by_index(|| first_row(
                 // The head is taken first (the CTE), and only a head taken is looked behind: a
                 // row's SKIP LOCKED is decided above the scan that computes its select list, so
                 // an EXISTS beside it would read the pending queue for every record that finds
@@ -337,7 +337,7 @@ unsafe fn append(fcinfo: pg_sys::FunctionCallInfo) -> Result<pg_sys::Datum, Refu
                 },
                 &[site_arg, cluster],
                 |t, d| column::<bool>(t, d, 1),
-            );
+            ));
             let Some(pending) = taken else {
                 let exists = first_row(
                     "SELECT true FROM querylayer.ledger_heads h WHERE h.site_id OPERATOR(pg_catalog.=) $1",

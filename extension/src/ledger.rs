@@ -6,7 +6,7 @@
 //! role alone, and the server key never leaves the database).
 
 use crate::jsonb::Jsonb;
-use crate::spi::{column, first_row, rows, trigger_data, Arg, Refusal};
+use crate::spi::{by_index, column, first_row, rows, trigger_data, Arg, Refusal};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::Uuid;
@@ -151,18 +151,20 @@ unsafe fn seal(site: Uuid, max: i32) -> (i64, Value) {
         return (0, Value::Null);
     };
     // Read from where the queue begins (ledger_pending_xact), sorted by the order of writing.
-    let pending = rows(
-        if bounded {
-            "SELECT p.table_name, p.record_id, p.xact FROM querylayer.ledger_pending p
+    let pending = by_index(|| {
+        rows(
+            if bounded {
+                "SELECT p.table_name, p.record_id, p.xact FROM querylayer.ledger_pending p
               WHERE p.site_id OPERATOR(pg_catalog.=) $1 AND p.xact OPERATOR(pg_catalog.>=) $3
               ORDER BY p.written LIMIT $2"
-        } else {
-            "SELECT p.table_name, p.record_id, 0::pg_catalog.int8 FROM querylayer.ledger_pending p
+            } else {
+                "SELECT p.table_name, p.record_id, 0::pg_catalog.int8 FROM querylayer.ledger_pending p
               WHERE p.site_id OPERATOR(pg_catalog.=) $1 ORDER BY p.written LIMIT $2"
-        },
-        &[Arg::of(site), Arg::of(max as i64), Arg::of(from)],
-        |t, d| (column::<String>(t, d, 1), column::<Uuid>(t, d, 2), column::<i64>(t, d, 3)),
-    );
+            },
+            &[Arg::of(site), Arg::of(max as i64), Arg::of(from)],
+            |t, d| (column::<String>(t, d, 1), column::<Uuid>(t, d, 2), column::<i64>(t, d, 3)),
+        )
+    });
     // Where the queue begins after this seal: where no entry of a transaction still running can
     // be, unless an entry is left behind (its record removed: it stays, and so does its place), or
     // the batch was cut (what is after it was not looked at: the beginning stays where it was).
@@ -194,12 +196,14 @@ unsafe fn seal(site: Uuid, max: i32) -> (i64, Value) {
     // The queue's beginning only moves on.
     let begins = begins.filter(|b| bounded && *b > from);
     if let Some(prev) = prev {
-        first_row(
-            "DELETE FROM querylayer.ledger_pending p
-              WHERE p.site_id OPERATOR(pg_catalog.=) $1 AND p.record_id OPERATOR(pg_catalog.=) ANY ($2)",
-            &[Arg::of(site), Arg::of(done.clone())],
-            |_, _| (),
-        );
+        by_index(|| {
+            first_row(
+                "DELETE FROM querylayer.ledger_pending p
+                  WHERE p.site_id OPERATOR(pg_catalog.=) $1 AND p.record_id OPERATOR(pg_catalog.=) ANY ($2)",
+                &[Arg::of(site), Arg::of(done.clone())],
+                |_, _| (),
+            )
+        });
         first_row(
             if begins.is_some() {
                 "UPDATE querylayer.ledger_heads h SET seq = $2, prev = $3, head = $4, pending_from = $5, pending_cluster = $6

@@ -83,6 +83,30 @@ unsafe fn execute(sql: &str, args: &[Arg], limit: i64) {
     }
 }
 
+/// Runs `run` (statements over the pending queue) with `enable_seqscan` off, as a function's `SET
+/// enable_seqscan = off` clause would: the queue's heap and indexes keep the pages of every entry
+/// sealed since the last vacuum (at c=8 on one site, about 2,000 a second), and their statistics
+/// (a few live rows on many pages) make a sequential scan of every page look cheaper than an index
+/// that reaches the entries from where the queue begins in two or three (docs/performance.md,
+/// "The queue read by its index"). Restored when `run` returns, or by the (sub)transaction's
+/// abort if it raises.
+pub(crate) unsafe fn by_index<R>(run: impl FnOnce() -> R) -> R {
+    let level = pg_sys::NewGUCNestLevel();
+    pg_sys::set_config_option(
+        c"enable_seqscan".as_ptr(),
+        c"off".as_ptr(),
+        pg_sys::GucContext::PGC_USERSET,
+        pg_sys::GucSource::PGC_S_SESSION,
+        pg_sys::GucAction::GUC_ACTION_SAVE,
+        true,
+        0,
+        false,
+    );
+    let result = run();
+    pg_sys::AtEOXact_GUC(true, level);
+    result
+}
+
 /// Column `n` (1-based) of a row `first_row` handed over.
 pub(crate) unsafe fn column<T: pgrx::FromDatum>(
     tuple: pg_sys::HeapTuple,

@@ -704,6 +704,53 @@ fn the_queue_is_read_from_the_oldest_transaction_running_at_the_last_seal_so_no_
     assert_eq!((report["ok"].clone(), report["pending"].clone()), (json!(true), json!(0)), "{report}");
 }
 
+/// Sequential and index scans of the pending queue so far in `tx`'s transaction.
+fn queue_scans(tx: &mut postgres::Transaction<'_>) -> (i64, i64) {
+    let row = tx
+        .query_one(
+            "SELECT seq_scan, idx_scan FROM pg_catalog.pg_stat_xact_user_tables
+              WHERE schemaname = 'querylayer' AND relname = 'ledger_pending'",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[test]
+fn a_write_reads_the_pending_queue_by_its_index_and_never_page_by_page() {
+    // The queue's heap keeps the pages of every entry sealed since the last vacuum, and a small
+    // queue's statistics make a scan of all of them look cheap; a holder reads it by its index.
+    let ledger = Ledger::new("queue-index");
+    let (mut a, mut b, mut d) = (ledger.db.edge(), ledger.db.edge(), ledger.db.edge());
+    let run = begin(&mut d, &ledger.secret);
+    let waiting: Vec<String> =
+        (0..3).map(|i| left_pending(&ledger, &mut a, &mut b, &run, &format!("w{i}"))).collect();
+    let pending: i64 =
+        ledger.su().query_one("SELECT count(*) FROM querylayer.ledger_pending", &[]).unwrap().get(0);
+    assert!(pending >= 1, "records wait to be sealed");
+    // Statistics as a busy queue has them between vacuums: a few live entries on pages of their own.
+    ledger.su().batch_execute("ANALYZE querylayer.ledger_pending").unwrap();
+
+    // The next holder seals them (the queue read, the batch read, the batch deleted), then writes
+    // again in the same transaction (the queue read once more, the head already held).
+    let mut tx = d.transaction().unwrap();
+    authenticate(&mut tx, &ledger.secret).unwrap();
+    let before = queue_scans(&mut tx);
+    for key in ["sealer", "sealer-again"] {
+        let a = one(
+            &mut tx,
+            "SELECT querylayer_api.record_artifact($1::text::uuid, $2::text, '1'::jsonb)",
+            &[&run, &key],
+        );
+        assert!(a["record_sha256"].is_string(), "{a}");
+    }
+    let after = queue_scans(&mut tx);
+    tx.commit().unwrap();
+    assert!(waiting.iter().all(|id| artifact_seq(&ledger, id).is_some()), "the waiting records were sealed");
+    assert_eq!(after.0 - before.0, 0, "the queue was scanned page by page: {before:?} -> {after:?}");
+    assert!(after.1 - before.1 >= 3, "the queue was read by its index: {before:?} -> {after:?}");
+}
+
 fn dsn_value(key: &str) -> String {
     admin_dsn()
         .split_whitespace()
