@@ -87,9 +87,9 @@ unsafe fn execute(sql: &str, args: &[Arg], limit: i64) {
 /// enable_seqscan = off` clause would: the queue's heap and indexes keep the pages of every entry
 /// sealed since the last vacuum (at c=8 on one site, about 2,000 a second), and their statistics
 /// (a few live rows on many pages) make a sequential scan of every page look cheaper than an index
-/// that reaches the entries from where the queue begins in two or three (docs/performance.md,
-/// "The queue read by its index"). Restored when `run` returns, or by the (sub)transaction's
-/// abort if it raises.
+/// that reaches the entries from where the queue begins in two or three (docs/ledger.md, "The
+/// queue is read by its index"). Restored when `run` returns, or by the (sub)transaction's abort
+/// if it raises.
 pub(crate) unsafe fn by_index<R>(run: impl FnOnce() -> R) -> R {
     let level = pg_sys::NewGUCNestLevel();
     pg_sys::set_config_option(
