@@ -116,8 +116,8 @@ install_extension() {
 DEMO_QUESTION="Where do fiscal capacity and energy burden overlap with health risk?"
 
 # The released version an upgrade starts from, and its commit.
-PREVIOUS_VERSION=0.7.0
-PREVIOUS_COMMIT=154bb65
+PREVIOUS_VERSION=0.8.0
+PREVIOUS_COMMIT=ce9dfd9
 
 # The commit of each earlier release: the upgrade tier also upgrades each older one, through
 # every upgrade script in turn, to this version.
@@ -130,6 +130,7 @@ release_commit() {
         0.5.0) echo a3fbb0b ;;
         0.6.0) echo d8bf90f ;;
         0.7.0) echo 154bb65 ;;
+        0.8.0) echo ce9dfd9 ;;
         *) echo "no release $1" >&2; return 1 ;;
     esac
 }

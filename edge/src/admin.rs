@@ -461,7 +461,8 @@ pub enum AdminCommand {
         #[arg(long)]
         name: String,
         /// A JSON file (`-` for stdin): an array of fields `{"name", "type": text|markdown|url|list,
-        /// "required": true|false, "max_length"?}`.
+        /// "required": true|false, "max_length"?}` (`max_length`: a whole number of characters,
+        /// 1 to 2147483647).
         #[arg(long, value_parser = json_file)]
         fields: Value,
     },

@@ -7,6 +7,7 @@ mod catalogs;
 mod chain;
 mod context;
 mod delivery;
+mod drafts;
 mod envelopes;
 mod health;
 mod jsonb;
@@ -77,7 +78,11 @@ extension_sql_file!("../../sql/030_identity.sql", name = "identity", requires = 
 extension_sql_file!("../../sql/040_credentials.sql", name = "credentials", requires = ["identity"]);
 extension_sql_file!("../../sql/050_audit.sql", name = "audit", requires = ["credentials"]);
 extension_sql_file!("../../sql/060_runs.sql", name = "runs", requires = ["audit"]);
-extension_sql_file!("../../sql/070_content.sql", name = "content", requires = ["runs"]);
+extension_sql_file!(
+    "../../sql/070_content.sql",
+    name = "content",
+    requires = ["runs", drafts::draft_fields_fit]
+);
 extension_sql_file!("../../sql/080_proposals.sql", name = "proposals", requires = ["content"]);
 extension_sql_file!("../../sql/090_operators.sql", name = "operators", requires = ["proposals"]);
 extension_sql_file!("../../sql/095_envelopes.sql", name = "envelopes", requires = ["operators"]);

@@ -152,4 +152,103 @@ mod tests {
         expect_sqlstate(&format!("SELECT querylayer.apply_lifecycle('{decision}')"), "QL423");
         assert_eq!(live_pointer(&content_id), None);
     }
+
+    /// The extension vouches for a draft (drafts.rs) only when the statement finds no problem in it,
+    /// over every shape of value the statement tells apart, in three fields of each kind and with
+    /// unknown keys; and it vouches for every draft the statement passes but the URLs whose
+    /// characters are the locale's call.
+    #[pg_test]
+    fn a_draft_the_extension_vouches_for_is_one_the_statement_finds_no_problem_in() {
+        Spi::run(
+            "CREATE FUNCTION pg_temp.problems(t jsonb, f jsonb) RETURNS text[] LANGUAGE plpgsql AS $f$
+             BEGIN RETURN querylayer.draft_field_problems(t, f);
+             EXCEPTION WHEN OTHERS THEN RETURN NULL; END $f$",
+        )
+        .unwrap();
+        let shapes = r#"(VALUES (NULL::jsonb), ('null'), ('""'), ('"x"'), ('"hello world"'), ('"abcdefghijkl"'),
+                 ('"https://a.test/x?y=1"'), ('"http://b"'), ('"https://"'), ('"ftp://x.test"'),
+                 ('"https://x.test/é"'), ('"https://x.test/\u0001"'), ('5'), ('true'), ('[]'), ('["a", "b"]'),
+                 ('["a", 1]'), ('{"k": "v"}')) AS s(v)"#;
+        let counts = json(&format!(
+            r#"WITH t(fields) AS (VALUES
+                   ('[{{"name": "title", "type": "text", "required": true, "max_length": 5}},
+                      {{"name": "link", "type": "url", "required": false}},
+                      {{"name": "tags", "type": "list", "required": true}}]'::jsonb),
+                   ('[{{"name": "body", "type": "markdown", "required": false, "max_length": 11}},
+                      {{"name": "ref", "type": "url", "required": true}},
+                      {{"name": "tags", "type": "list", "required": false}}]'::jsonb)),
+                  d AS (
+                   SELECT t.fields AS t,
+                          '{{}}'::jsonb
+                            || CASE WHEN a.v IS NULL THEN '{{}}' ELSE jsonb_build_object(t.fields->0->>'name', a.v) END
+                            || CASE WHEN b.v IS NULL THEN '{{}}' ELSE jsonb_build_object(t.fields->1->>'name', b.v) END
+                            || CASE WHEN c.v IS NULL THEN '{{}}' ELSE jsonb_build_object(t.fields->2->>'name', c.v) END
+                            || CASE WHEN u.extra THEN '{{"colour": "red"}}'::jsonb ELSE '{{}}' END AS f
+                     FROM t, {a}, {b}, {c}, (VALUES (false), (true)) AS u(extra)
+                    WHERE NOT u.extra OR c.v IS NULL),
+                  r AS (
+                   SELECT querylayer.draft_fields_fit(t, f) AS fit, pg_temp.problems(t, f) AS problems,
+                          f::text ~ 'é|\\u0001' AS locale_url
+                     FROM d)
+               SELECT jsonb_build_object(
+                   'drafts', count(*),
+                   'errors', count(*) FILTER (WHERE problems IS NULL),
+                   'vouched', count(*) FILTER (WHERE fit),
+                   'vouched_with_a_problem', count(*) FILTER (WHERE fit AND cardinality(problems) > 0),
+                   'with_problems', count(*) FILTER (WHERE cardinality(problems) > 0),
+                   'fine_not_vouched', count(*) FILTER (WHERE NOT fit AND cardinality(problems) = 0 AND NOT locale_url))
+                 FROM r"#,
+            a = shapes.replace("s(v)", "a(v)"),
+            b = shapes.replace("s(v)", "b(v)"),
+            c = shapes.replace("s(v)", "c(v)"),
+        ));
+        assert_eq!(counts["errors"], 0, "{counts}");
+        assert_eq!(counts["vouched_with_a_problem"], 0, "{counts}");
+        assert_eq!(counts["fine_not_vouched"], 0, "{counts}");
+        assert!(counts["drafts"].as_i64().unwrap() > 10_000, "{counts}");
+        assert!(counts["vouched"].as_i64().unwrap() >= 50, "{counts}");
+        assert!(counts["with_problems"].as_i64().unwrap() >= 8_000, "{counts}");
+
+        // Templates the extension is unsure of go to the statement, whatever the draft.
+        for odd in [
+            r#"{"name": "a", "type": "text", "required": false, "max_length": 2.5}"#,
+            r#"{"name": "a", "type": "date", "required": false}"#,
+            r#"{"name": "a", "type": "text", "required": "yes"}"#,
+        ] {
+            let fit = Spi::get_one::<bool>(&format!(
+                "SELECT querylayer.draft_fields_fit('[{odd}]', '{{\"a\": \"x\"}}')"
+            ));
+            assert_eq!(fit, Ok(Some(false)), "{odd}");
+        }
+    }
+
+    /// A template's max_length is a whole number (0.9.0); one made before, holding 2.5, still
+    /// checks drafts (two characters fit, three do not) instead of failing on the cast.
+    #[pg_test]
+    fn max_length_is_a_whole_number_and_an_older_fractional_one_still_checks_drafts() {
+        for bad in ["2.5", "0", "3000000000", "\"5\"", "\"abc\"", "null"] {
+            let message = error_message(
+                &format!(
+                    "SELECT querylayer.check_template_fields('[{{\"name\": \"a\", \"type\": \"text\", \"required\": false, \"max_length\": {bad}}}]')"
+                ),
+                "22023",
+            );
+            assert!(
+                message.starts_with("fields.a.max_length must be a whole number from 1 to 2147483647"),
+                "{message}"
+            );
+        }
+        Spi::run(
+            "SELECT querylayer.check_template_fields('[{\"name\": \"a\", \"type\": \"text\", \"required\": false, \"max_length\": 5}]')",
+        )
+        .unwrap();
+        let legacy = "jsonb_populate_record(NULL::querylayer.templates,
+             '{\"name\": \"legacy\", \"version\": 1, \"fields\": [{\"name\": \"a\", \"type\": \"text\", \"required\": true, \"max_length\": 2.5}]}')";
+        Spi::run(&format!("SELECT querylayer.check_draft_fields({legacy}, '{{\"a\": \"ab\"}}')")).unwrap();
+        let message = error_message(
+            &format!("SELECT querylayer.check_draft_fields({legacy}, '{{\"a\": \"abc\"}}')"),
+            "QL422",
+        );
+        assert!(message.ends_with("a is longer than 2.5 characters"), "{message}");
+    }
 }
