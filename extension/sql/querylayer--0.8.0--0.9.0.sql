@@ -6185,6 +6185,7 @@ DECLARE
     v_run      querylayer.runs;
     v_max      integer := querylayer.setting_int('run_deadline_max_seconds'::text);
     v_deadline integer := coalesce(p_deadline_seconds, querylayer.setting_int('run_deadline_default_seconds'::text));
+    v_deadline_at timestamptz;
 BEGIN
     PERFORM querylayer.require_connection('runs:write'::text);
     IF v_deadline IS NULL OR v_deadline NOT BETWEEN 1 AND v_max THEN
@@ -6211,9 +6212,12 @@ BEGIN
     INSERT INTO querylayer.run_events (site_id, run_id, kind, agent_id, connection_id, harness)
     VALUES (v_run.site_id, v_run.id, 'started', v_run.agent_id, v_run.connection_id, v_run.harness);
     INSERT INTO querylayer.run_deadlines (run_id, site_id, deadline_at)
-    VALUES (v_run.id, v_run.site_id, v_run.started_at + make_interval(secs => v_deadline));
+    VALUES (v_run.id, v_run.site_id, v_run.started_at + make_interval(secs => v_deadline))
+    RETURNING deadline_at INTO v_deadline_at;
     PERFORM querylayer.audit('run.begin'::text, v_run.id::text, jsonb_build_object('run_type', v_run.run_type));
-    RETURN querylayer.run_json(v_run);
+    -- The answer from what this transaction holds: a run it has just begun has no finish and no
+    -- artifact, and its deadline is the one written above (what run_json would read back).
+    RETURN querylayer.run_json_of(v_run, NULL::querylayer.run_events, v_deadline_at, '[]'::jsonb);
 END
 $function$;
 ALTER FUNCTION querylayer_api.begin_run(text,jsonb,text[],text[],integer) OWNER TO querylayer_owner;

@@ -24,6 +24,30 @@ mod tests {
         assert_eq!(finished["missing_outputs"], serde_json::json!(["draft_id"]));
     }
 
+    /// begin_run answers from the row it holds (no finish, no artifact, the deadline it wrote);
+    /// the answer is the run as run_json reads it back.
+    #[pg_test]
+    fn a_begun_runs_answer_is_the_run_as_read_back() {
+        let secret = demo_secret();
+        as_edge();
+        authenticate(&secret);
+        for call in [
+            "SELECT querylayer_api.begin_run('article.draft', '{\"topic\": \"x\"}', '{draft_id,summary}', '{\"a draft exists\"}', 90)",
+            "SELECT querylayer_api.begin_run('x')",
+        ] {
+            let run = json(call);
+            let id = run["run_id"].as_str().unwrap();
+            Spi::run("RESET ROLE").unwrap();
+            let read_back = json(&format!(
+                "SELECT querylayer.run_json(r) FROM querylayer.runs r WHERE id = '{id}'"
+            ));
+            as_edge();
+            assert_eq!(run, read_back, "{call}");
+            assert_eq!(run["state"], "open");
+            assert!(run["deadline_at"].is_string(), "{run}");
+        }
+    }
+
     #[pg_test]
     fn finished_run_accepts_nothing() {
         let secret = demo_secret();
