@@ -116,8 +116,8 @@ install_extension() {
 DEMO_QUESTION="Where do fiscal capacity and energy burden overlap with health risk?"
 
 # The released version an upgrade starts from, and its commit.
-PREVIOUS_VERSION=0.8.0
-PREVIOUS_COMMIT=ce9dfd9
+PREVIOUS_VERSION=0.9.0
+PREVIOUS_COMMIT=d6cbc72
 
 # The commit of each earlier release: the upgrade tier also upgrades each older one, through
 # every upgrade script in turn, to this version.
@@ -131,6 +131,7 @@ release_commit() {
         0.6.0) echo d8bf90f ;;
         0.7.0) echo 154bb65 ;;
         0.8.0) echo ce9dfd9 ;;
+        0.9.0) echo d6cbc72 ;;
         *) echo "no release $1" >&2; return 1 ;;
     esac
 }
@@ -297,8 +298,9 @@ start_cluster() {
     rm -rf "$dir"
     mkdir -p "$dir"
     chown postgres:postgres "$dir"
+    # UTF8 whatever this shell's locale (the extension installs into UTF8 databases only).
     sudo -u postgres "$PG_BIN/initdb" -D "$dir/data" --auth-local=trust --auth-host=scram-sha-256 \
-        -U postgres >/dev/null
+        -U postgres --encoding UTF8 --locale C.UTF-8 >/dev/null
     {
         echo "port = $port"
         echo "unix_socket_directories = '$dir'"

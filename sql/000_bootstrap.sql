@@ -23,6 +23,16 @@ DECLARE
     v_installer oid;
     v_schema    record;
 BEGIN
+    -- Agents' text, JSON and the hashes and signatures over them are UTF-8 throughout (the
+    -- extension reads strings as UTF-8; the edge speaks UTF-8): another encoding would turn the
+    -- first non-ASCII character into an error, or into bytes counted and hashed as other text.
+    IF pg_catalog.getdatabaseencoding() OPERATOR(pg_catalog.<>) 'UTF8'::pg_catalog.name THEN
+        RAISE EXCEPTION 'querylayer needs a UTF8 database; database % is encoded %',
+            pg_catalog.quote_ident(pg_catalog.current_database()), pg_catalog.getdatabaseencoding()
+            USING ERRCODE = '0A000',
+                  HINT = 'install into a database made with ENCODING ''UTF8'' (for example CREATE DATABASE '
+                         '... ENCODING ''UTF8'' LOCALE ''C.UTF-8'' TEMPLATE template0)';
+    END IF;
     SELECT e.oid, e.extowner INTO v_extension, v_installer
       FROM pg_catalog.pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'querylayer'::pg_catalog.name;
     SELECT n.oid, n.nspowner, n.nspacl INTO v_schema

@@ -299,11 +299,16 @@ CREATE FUNCTION querylayer_api.begin_run(
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_run      querylayer.runs;
-    v_max      integer := querylayer.setting_int('run_deadline_max_seconds'::text);
-    v_deadline integer := coalesce(p_deadline_seconds, querylayer.setting_int('run_deadline_default_seconds'::text));
+    v_max      integer;
+    v_deadline integer;
     v_deadline_at timestamptz;
 BEGIN
     PERFORM querylayer.require_connection('runs:write'::text);
+    -- Both deadline settings in one read (querylayer.setting_int's reading, twice over).
+    SELECT max((value #>> '{}')::integer) FILTER (WHERE key = 'run_deadline_max_seconds'),
+           coalesce(p_deadline_seconds, max((value #>> '{}')::integer) FILTER (WHERE key = 'run_deadline_default_seconds'))
+      INTO v_max, v_deadline
+      FROM querylayer.settings WHERE key IN ('run_deadline_max_seconds', 'run_deadline_default_seconds');
     IF v_deadline IS NULL OR v_deadline NOT BETWEEN 1 AND v_max THEN
         RAISE EXCEPTION 'deadline_seconds must be between 1 and % (the operator''s run_deadline_max_seconds); got %',
             v_max, coalesce(p_deadline_seconds::text, 'NULL') USING ERRCODE = '22023';

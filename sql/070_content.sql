@@ -450,7 +450,10 @@ BEGIN
      WHERE id = v_item.id RETURNING * INTO v_item;
     PERFORM querylayer.audit('content.draft'::text, v_item.id::text,
         jsonb_build_object('revision_id', v_rev.id, 'revision_number', v_rev.revision_number, 'run_id', p_run_id));
-    RETURN querylayer.content_json(v_item) || jsonb_build_object('revision_id', v_rev.id, 'revision_number', v_rev.revision_number);
+    -- The answer from what this transaction holds: the item's draft is the revision just written
+    -- (what content_json would read back).
+    RETURN querylayer.content_json_of(v_item, v_rev.fields->>'title', v_rev.revision_number)
+           || jsonb_build_object('revision_id', v_rev.id, 'revision_number', v_rev.revision_number);
 END
 $$;
 

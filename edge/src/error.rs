@@ -665,10 +665,16 @@ mod tests {
     /// Standard PostgreSQL SQLSTATEs the SQL raises on purpose that neither have a row nor fall
     /// into a class of `SQLSTATE_CLASSES`: the edge answers them `internal` (500) by design. Each
     /// is documented in docs/errors.md ("Also raised, outside the edge's table").
-    const INTERNAL_BY_DESIGN: &[(&str, &str)] = &[(
-        "42P06",
-        "only CREATE EXTENSION raises it (a schema it cannot adopt); the edge never installs the extension",
-    )];
+    const INTERNAL_BY_DESIGN: &[(&str, &str)] = &[
+        (
+            "0A000",
+            "only CREATE EXTENSION raises it (a database that is not UTF8); the edge never installs the extension",
+        ),
+        (
+            "42P06",
+            "only CREATE EXTENSION raises it (a schema it cannot adopt); the edge never installs the extension",
+        ),
+    ];
 
     /// Every `*.sql` file under `dir`, recursively (the install scripts and the upgrade steps).
     fn sql_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {

@@ -25,6 +25,41 @@ fn extension_installs_in_two_databases_of_one_cluster() {
 }
 
 #[test]
+fn the_install_refuses_a_database_that_is_not_utf8() {
+    let mut admin = connect(&admin_dsn());
+    for encoding in ["SQL_ASCII", "LATIN1"] {
+        let name = format!("ql_{}_{}", encoding.to_lowercase(), std::process::id());
+        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE DATABASE {name} ENCODING '{encoding}' LOCALE 'C' TEMPLATE template0"
+            ))
+            .unwrap();
+        let mut db = connect(&format!("{} dbname={name}", admin_dsn()));
+        let err = db.batch_execute("CREATE EXTENSION querylayer").unwrap_err();
+        let refused = err.as_db_error().unwrap_or_else(|| panic!("{err}"));
+        assert_eq!(refused.code().code(), "0A000", "{}", refused.message());
+        assert_eq!(
+            refused.message(),
+            format!("querylayer needs a UTF8 database; database {name} is encoded {encoding}")
+        );
+        assert!(refused.hint().is_some_and(|h| h.contains("ENCODING 'UTF8'")), "{refused:?}");
+        // Nothing of it stays behind: no schema, no extension.
+        let left: i64 = db
+            .query_one(
+                "SELECT (SELECT count(*) FROM pg_namespace WHERE nspname IN ('querylayer', 'querylayer_api'))
+                      + (SELECT count(*) FROM pg_extension WHERE extname = 'querylayer')",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0, "{name}");
+        drop(db);
+        admin.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)")).unwrap();
+    }
+}
+
+#[test]
 fn dba_runs_the_operator_functions_from_a_plain_login() {
     let db = TestDb::new();
     let mut dba = db.dba();

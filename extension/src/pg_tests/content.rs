@@ -41,6 +41,38 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_drafts_answer_is_the_item_as_read_back() {
+        let site = content_site();
+        authenticate(&site.secret);
+        let run = json("SELECT querylayer_api.begin_run('article.draft')");
+        let run_id = run["run_id"].as_str().unwrap();
+        let mut content_id = String::new();
+        for (number, title) in [(1, "Café"), (2, "Second"), (3, "Ünïcode — third")] {
+            let answer = if number == 1 {
+                json(&format!(
+                    "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"{title}\", \"body\": \"B\"}}', NULL, 'read-back')"
+                ))
+            } else {
+                json(&format!(
+                    "SELECT querylayer_api.create_draft('{run_id}', NULL, '{{\"title\": \"{title}\", \"body\": \"B\"}}', '{content_id}')"
+                ))
+            };
+            content_id = answer["content_id"].as_str().unwrap().to_string();
+            Spi::run("RESET ROLE").unwrap();
+            let read_back = json(&format!(
+                "SELECT querylayer.content_json(i) || jsonb_build_object('revision_id', i.draft_revision_id,
+                                                                         'revision_number', {number})
+                   FROM querylayer.content_items i WHERE id = '{content_id}'"
+            ));
+            as_edge();
+            assert_eq!(answer, read_back, "revision {number}");
+            assert_eq!(answer["title"], title);
+            assert_eq!(answer["draft_revision_number"], number);
+            assert_eq!(answer["draft_revision_id"], answer["revision_id"]);
+        }
+    }
+
+    #[pg_test]
     fn an_agent_draft_outside_an_open_run_is_refused() {
         let site = content_site();
         authenticate(&site.secret);

@@ -76,6 +76,27 @@ mod tests {
             default["deadline_at"].as_str() > run["deadline_at"].as_str(),
             "the default (10 min) is later"
         );
+        // Each deadline is its run's start and the seconds asked for, or the operator's default.
+        for (answer, seconds) in [(&run, 60), (&default, 600)] {
+            let id = answer["run_id"].as_str().unwrap();
+            Spi::run("RESET ROLE").unwrap();
+            let after = Spi::get_one::<f64>(&format!(
+                "SELECT extract(epoch FROM d.deadline_at - r.started_at)::float8
+                   FROM querylayer.runs r JOIN querylayer.run_deadlines d ON d.run_id = r.id WHERE r.id = '{id}'"
+            ))
+            .unwrap()
+            .unwrap();
+            as_edge();
+            assert_eq!(after, f64::from(seconds), "{answer}");
+        }
+        // A bound lowered below the default refuses the default too, naming the bound.
+        Spi::run("RESET ROLE").unwrap();
+        Spi::run("UPDATE querylayer.settings SET value = '300' WHERE key = 'run_deadline_max_seconds'")
+            .unwrap();
+        as_edge();
+        let (state, message) = failure("SELECT querylayer_api.begin_run('x')");
+        assert_eq!(state, "22023");
+        assert!(message.contains("between 1 and 300") && message.contains("got NULL"), "{message}");
     }
 
     #[pg_test]
