@@ -122,7 +122,7 @@ $$;
 CREATE TABLE querylayer.content_items (
     id                    uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     site_id               uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
-    slug                  text NOT NULL CHECK (slug ~ '^[a-z0-9][a-z0-9/_-]{0,199}$'),
+    slug                  text NOT NULL CHECK (length(slug) <= 200 AND slug ~ '^[a-z0-9][a-z0-9/_-]*$'),
     template_name         text NOT NULL,
     draft_revision_id     uuid,
     published_revision_id uuid,
@@ -402,7 +402,7 @@ BEGIN
         END IF;
     END IF;
     IF p_content_id IS NULL THEN
-        IF p_slug IS NULL OR p_slug !~ '^[a-z0-9][a-z0-9/_-]{0,199}$' THEN
+        IF p_slug IS NULL OR length(p_slug) > 200 OR p_slug !~ '^[a-z0-9][a-z0-9/_-]*$' THEN
             RAISE EXCEPTION 'slug is required for a new item (lowercase letters, digits and /_-, at most 200); got %',
                 coalesce(quote_literal(p_slug), 'NULL') USING ERRCODE = '22023';
         END IF;

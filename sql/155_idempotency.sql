@@ -10,7 +10,7 @@
 CREATE TABLE querylayer.idempotency_keys (
     site_id        uuid NOT NULL REFERENCES querylayer.sites ON DELETE RESTRICT,
     principal_id   uuid NOT NULL,     -- the connection, or the member
-    key            text NOT NULL CHECK (key ~ '^[!-~]{1,255}$'),
+    key            text NOT NULL CHECK (length(key) <= 255 AND key ~ '^[!-~]+$'),
     action         text NOT NULL CHECK (length(action) BETWEEN 1 AND 200),
     request_sha256 bytea NOT NULL CHECK (length(request_sha256) = 32),
     response       jsonb,
@@ -48,7 +48,7 @@ DECLARE
     v_expires   timestamptz := clock_timestamp() + make_interval(hours => querylayer.setting_int('idempotency_key_ttl_hours'::text));
     v           querylayer.idempotency_keys;
 BEGIN
-    IF p_key IS NULL OR p_key !~ '^[!-~]{1,255}$' THEN
+    IF p_key IS NULL OR length(p_key) > 255 OR p_key !~ '^[!-~]+$' THEN
         RAISE EXCEPTION 'idempotency_key must be 1 to 255 printable ASCII characters without spaces'
             USING ERRCODE = '22023';
     END IF;

@@ -3,8 +3,76 @@
 
 #[pgrx::pg_schema]
 mod tests {
-    use crate::pg_tests::helpers::{authenticate, demo, failure, json};
+    use crate::pg_tests::helpers::{authenticate, content_site, demo, failure, json, text};
     use pgrx::prelude::*;
+
+    /// A slug, a run type, an artifact's key and an idempotency key are checked with their length apart since 0.10.0
+    /// (a bounded repetition costs the regex engine twenty times the test): the tables' checks and
+    /// the functions' let in exactly the strings the bounded patterns did.
+    #[pg_test]
+    fn a_pattern_with_its_length_apart_lets_in_what_the_bounded_one_did() {
+        let rules = [
+            ("content_items", "slug", "^[a-z0-9][a-z0-9/_-]{0,199}$", 200, "^[a-z0-9][a-z0-9/_-]*$"),
+            ("runs", "run_type", "^[a-z][a-z0-9_.:-]{0,79}$", 80, "^[a-z][a-z0-9_.:-]*$"),
+            (
+                "run_artifacts",
+                "key",
+                "^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$",
+                128,
+                "^[A-Za-z0-9][A-Za-z0-9_.:/-]*$",
+            ),
+            ("idempotency_keys", "key", "^[!-~]{1,255}$", 255, "^[!-~]+$"),
+        ];
+        for (table, column, bounded, max, pattern) in rules {
+            let check = text(&format!(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint
+                  WHERE conrelid = 'querylayer.{table}'::regclass AND conname = '{table}_{column}_check'"
+            ));
+            assert!(
+                check.contains(&format!("length({column}) <= {max}"))
+                    && check.contains(&format!("'{pattern}'")),
+                "{table}: {check}"
+            );
+            // Every first character and every filling of the classes' edges, at every length
+            // around the bound: (agreeing, let in, refused).
+            let counts = Spi::get_three::<i64, i64, i64>(&format!(
+                "WITH c(s) AS (
+                     SELECT f || repeat(x, n - 1)
+                       FROM unnest(ARRAY['a', 'z', '0', '9', 'A', '-', '/', '_', '.', ':', '!', '~', ' ', 'é', E'\n']) f,
+                            unnest(ARRAY['a', 'z', '0', '9', 'A', 'Z', '-', '/', '_', '.', ':', '@', '!', '~', ' ',
+                                         'é', E'\t', E'\n', chr(127)]) x,
+                            unnest(ARRAY[1, 2, 3, {max} - 1, {max}, {max} + 1, {max} + 2]) n
+                     UNION ALL SELECT '')
+                 SELECT count(*) FILTER (WHERE (s ~ '{bounded}') = (length(s) <= {max} AND s ~ '{pattern}')),
+                        count(*) FILTER (WHERE s ~ '{bounded}'), count(*) FILTER (WHERE s !~ '{bounded}')
+                   FROM c"
+            ))
+            .unwrap();
+            let (agreeing, let_in, refused) = (counts.0.unwrap(), counts.1.unwrap(), counts.2.unwrap());
+            assert_eq!(agreeing, let_in + refused, "{table}.{column}: the two disagree on some string");
+            assert!(let_in >= 20 && refused >= 500, "{table}.{column}: {let_in} let in, {refused} refused");
+        }
+        // The functions' own checks, at the bounds.
+        let site = content_site();
+        authenticate(&site.secret);
+        let run = json("SELECT querylayer_api.begin_run('article.draft')");
+        let run_id = run["run_id"].as_str().unwrap();
+        let draft = |slug: &str| {
+            format!(
+                "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"T\", \"body\": \"B\"}}', NULL, '{slug}')"
+            )
+        };
+        json(&draft(&"a".repeat(200)));
+        for slug in ["a".repeat(201), "-a".to_string(), "a b".to_string()] {
+            assert_eq!(failure(&draft(&slug)).0, "22023", "{slug}");
+        }
+        let claim =
+            |key: &str| format!("SELECT querylayer_api.claim_idempotency_key('{key}', 'x', sha256('a'))");
+        Spi::run(&claim(&"~".repeat(255))).unwrap();
+        for key in ["~".repeat(256), String::new(), "a\tb".to_string()] {
+            assert_eq!(failure(&claim(&key)).0, "22023", "{key:?}");
+        }
+    }
 
     #[pg_test]
     fn an_oversized_value_is_refused_naming_the_argument_on_every_path() {
