@@ -44,6 +44,25 @@ BEGIN
 END
 $$;
 
+-- A table whose rows change only as its guard allows (p_guard: a trigger function run BEFORE
+-- UPDATE OR DELETE of each row, and BEFORE INSERT too with p_insert) and which is never
+-- truncated, whoever asks: the triggers <table>_guard and <table>_no_truncate, enabled ALWAYS,
+-- as make_append_only's are. A TRUNCATE runs no row trigger, so a guard alone would let the
+-- table's owner empty the table.
+CREATE FUNCTION querylayer.guard_rows(p_table regclass, p_guard regproc, p_insert boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text := (SELECT c.relname FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) p_table);
+BEGIN
+    EXECUTE format('CREATE TRIGGER %I BEFORE %sUPDATE OR DELETE ON %s FOR EACH ROW EXECUTE FUNCTION %s()',
+                   v_name || '_guard', CASE WHEN p_insert THEN 'INSERT OR ' ELSE '' END, p_table, p_guard);
+    EXECUTE format('CREATE TRIGGER %I BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change()',
+                   v_name || '_no_truncate', p_table);
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', p_table, v_name || '_guard');
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', p_table, v_name || '_no_truncate');
+END
+$$;
+
 -- One row per site: the newest record's number and hash; and where its pending queue begins
 -- (pending_from, below): no entry of the queue's was written by a transaction numbered lower,
 -- when pending_cluster is this cluster's system identifier (pg_control_system()). Numbers of

@@ -104,9 +104,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER agents_guard BEFORE UPDATE OR DELETE ON querylayer.agents
-    FOR EACH ROW EXECUTE FUNCTION querylayer.agents_guard();
-ALTER TABLE querylayer.agents ENABLE ALWAYS TRIGGER agents_guard;
+SELECT querylayer.guard_rows('querylayer.agents'::regclass, 'querylayer.agents_guard'::regproc, false);
 
 CREATE TABLE querylayer.agent_profile_renames (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

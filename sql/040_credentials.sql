@@ -88,12 +88,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER connections_guard BEFORE UPDATE OR DELETE ON querylayer.connections
-    FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
-ALTER TABLE querylayer.connections ENABLE ALWAYS TRIGGER connections_guard;
-CREATE TRIGGER connections_no_truncate BEFORE TRUNCATE ON querylayer.connections
-    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.connections ENABLE ALWAYS TRIGGER connections_no_truncate;
+SELECT querylayer.guard_rows('querylayer.connections'::regclass, 'querylayer.credential_rows_guard'::regproc, false);
 
 CREATE TABLE querylayer.member_tokens (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -110,12 +105,7 @@ CREATE TABLE querylayer.member_tokens (
     CHECK (expires_at > created_at)
 );
 SELECT querylayer.isolate_by_site('querylayer.member_tokens'::regclass);
-CREATE TRIGGER member_tokens_guard BEFORE UPDATE OR DELETE ON querylayer.member_tokens
-    FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
-ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER member_tokens_guard;
-CREATE TRIGGER member_tokens_no_truncate BEFORE TRUNCATE ON querylayer.member_tokens
-    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.member_tokens ENABLE ALWAYS TRIGGER member_tokens_no_truncate;
+SELECT querylayer.guard_rows('querylayer.member_tokens'::regclass, 'querylayer.credential_rows_guard'::regproc, false);
 
 -- The longest a credential may live. Short-lived credentials are the default everywhere.
 CREATE FUNCTION querylayer.check_expiry(p_expires_at timestamptz) RETURNS timestamptz

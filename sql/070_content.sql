@@ -255,12 +255,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER content_items_guard BEFORE INSERT OR UPDATE OR DELETE ON querylayer.content_items
-    FOR EACH ROW EXECUTE FUNCTION querylayer.content_items_guard();
-ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_guard;
-CREATE TRIGGER content_items_no_truncate BEFORE TRUNCATE ON querylayer.content_items
-    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.content_items ENABLE ALWAYS TRIGGER content_items_no_truncate;
+SELECT querylayer.guard_rows('querylayer.content_items'::regclass, 'querylayer.content_items_guard'::regproc, true);
 
 CREATE FUNCTION querylayer.content_state(p_item querylayer.content_items) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$

@@ -98,9 +98,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER console_turns_guard BEFORE UPDATE OR DELETE ON querylayer.console_turns
-    FOR EACH ROW EXECUTE FUNCTION querylayer.console_turns_guard();
-ALTER TABLE querylayer.console_turns ENABLE ALWAYS TRIGGER console_turns_guard;
+SELECT querylayer.guard_rows('querylayer.console_turns'::regclass, 'querylayer.console_turns_guard'::regproc, false);
 
 -- Operation types of plan steps: server-assigned risk, the scope each needs, and the typed
 -- AGENT-002 proposal a step must produce (and wait on) before it counts as done.
@@ -194,9 +192,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER task_steps_guard BEFORE INSERT OR UPDATE OR DELETE ON querylayer.task_steps
-    FOR EACH ROW EXECUTE FUNCTION querylayer.task_steps_guard();
-ALTER TABLE querylayer.task_steps ENABLE ALWAYS TRIGGER task_steps_guard;
+SELECT querylayer.guard_rows('querylayer.task_steps'::regclass, 'querylayer.task_steps_guard'::regproc, true);
 
 -- A plan version starts only on a turn that its connection holds claimed: never on a turn that
 -- failed, was cancelled or completed (the turn row is locked, so a member's cancel and a new
@@ -233,9 +229,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER task_plans_guard BEFORE INSERT OR UPDATE OR DELETE ON querylayer.task_plans
-    FOR EACH ROW EXECUTE FUNCTION querylayer.task_plans_guard();
-ALTER TABLE querylayer.task_plans ENABLE ALWAYS TRIGGER task_plans_guard;
+SELECT querylayer.guard_rows('querylayer.task_plans'::regclass, 'querylayer.task_plans_guard'::regproc, true);
 
 -- -------------------------------------------------------------------------------------------
 -- Internals.

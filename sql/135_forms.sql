@@ -65,9 +65,7 @@ BEGIN
     RETURN OLD;
 END
 $$;
-CREATE TRIGGER form_screening_events_guard BEFORE UPDATE OR DELETE ON querylayer.form_screening_events
-    FOR EACH ROW EXECUTE FUNCTION querylayer.form_screening_events_guard();
-ALTER TABLE querylayer.form_screening_events ENABLE ALWAYS TRIGGER form_screening_events_guard;
+SELECT querylayer.guard_rows('querylayer.form_screening_events'::regclass, 'querylayer.form_screening_events_guard'::regproc, false);
 CREATE TRIGGER form_screening_daily_append BEFORE DELETE OR TRUNCATE ON querylayer.form_screening_daily
     FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
 ALTER TABLE querylayer.form_screening_daily ENABLE ALWAYS TRIGGER form_screening_daily_append;

@@ -46,12 +46,7 @@ BEGIN
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER member_invitations_guard BEFORE UPDATE OR DELETE ON querylayer.member_invitations
-    FOR EACH ROW EXECUTE FUNCTION querylayer.member_invitations_guard();
-ALTER TABLE querylayer.member_invitations ENABLE ALWAYS TRIGGER member_invitations_guard;
-CREATE TRIGGER member_invitations_no_truncate BEFORE TRUNCATE ON querylayer.member_invitations
-    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.member_invitations ENABLE ALWAYS TRIGGER member_invitations_no_truncate;
+SELECT querylayer.guard_rows('querylayer.member_invitations'::regclass, 'querylayer.member_invitations_guard'::regproc, false);
 
 -- -------------------------------------------------------------------------------------------
 -- Passwords: one per member and site (a password opens exactly the site whose invitation set it,
@@ -105,12 +100,7 @@ CREATE TABLE querylayer.member_sessions (
 );
 SELECT querylayer.isolate_by_site('querylayer.member_sessions'::regclass);
 CREATE INDEX member_sessions_member ON querylayer.member_sessions (site_id, member_id);
-CREATE TRIGGER member_sessions_guard BEFORE UPDATE OR DELETE ON querylayer.member_sessions
-    FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
-ALTER TABLE querylayer.member_sessions ENABLE ALWAYS TRIGGER member_sessions_guard;
-CREATE TRIGGER member_sessions_no_truncate BEFORE TRUNCATE ON querylayer.member_sessions
-    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.member_sessions ENABLE ALWAYS TRIGGER member_sessions_no_truncate;
+SELECT querylayer.guard_rows('querylayer.member_sessions'::regclass, 'querylayer.credential_rows_guard'::regproc, false);
 INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
     ('member_sessions', 'revoked_reason', 'reason', 1000);
 SELECT querylayer.limit_values('querylayer.member_sessions'::regclass, true);

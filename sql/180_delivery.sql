@@ -19,12 +19,7 @@ CREATE TABLE querylayer.delivery_tokens (
     CHECK (expires_at > created_at)
 );
 SELECT querylayer.isolate_by_site('querylayer.delivery_tokens'::regclass);
-CREATE TRIGGER delivery_tokens_guard BEFORE UPDATE OR DELETE ON querylayer.delivery_tokens
-    FOR EACH ROW EXECUTE FUNCTION querylayer.credential_rows_guard();
-ALTER TABLE querylayer.delivery_tokens ENABLE ALWAYS TRIGGER delivery_tokens_guard;
-CREATE TRIGGER delivery_tokens_no_truncate BEFORE TRUNCATE ON querylayer.delivery_tokens
-    FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change();
-ALTER TABLE querylayer.delivery_tokens ENABLE ALWAYS TRIGGER delivery_tokens_no_truncate;
+SELECT querylayer.guard_rows('querylayer.delivery_tokens'::regclass, 'querylayer.credential_rows_guard'::regproc, false);
 INSERT INTO querylayer.value_limits (table_name, column_name, argument, max_bytes) VALUES
     ('delivery_tokens', 'revoked_reason', 'reason', 1000);
 SELECT querylayer.limit_values('querylayer.delivery_tokens'::regclass, true);

@@ -137,20 +137,8 @@ BEGIN
     RETURN NEW;
 END
 $$;
-DO $g$
-DECLARE
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['oauth_codes', 'oauth_grants', 'oauth_refresh_tokens'] LOOP
-        EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE OR DELETE ON querylayer.%I
-                        FOR EACH ROW EXECUTE FUNCTION querylayer.oauth_rows_guard()', t || '_guard', t);
-        EXECUTE format('ALTER TABLE querylayer.%I ENABLE ALWAYS TRIGGER %I', t, t || '_guard');
-        EXECUTE format('CREATE TRIGGER %I BEFORE TRUNCATE ON querylayer.%I
-                        FOR EACH STATEMENT EXECUTE FUNCTION querylayer.forbid_change()', t || '_no_truncate', t);
-        EXECUTE format('ALTER TABLE querylayer.%I ENABLE ALWAYS TRIGGER %I', t, t || '_no_truncate');
-    END LOOP;
-END
-$g$;
+SELECT querylayer.guard_rows(format('querylayer.%I', t)::regclass, 'querylayer.oauth_rows_guard'::regproc, false)
+  FROM unnest(ARRAY['oauth_codes', 'oauth_grants', 'oauth_refresh_tokens']) t;
 
 -- A redirect URI a client may register: https anywhere (no fragment, no user info), or http on
 -- a loopback host for a native client (RFC 8252 §7.3; any port is matched at use).

@@ -1,5 +1,6 @@
 -- The facts of an installed querylayer that the upgrade script generator needs from the version
--- it upgrades from (scripts/upgrade-script): its functions (with their signatures), triggers,
+-- it upgrades from (scripts/upgrade-script): its functions (with their signatures and the MD5 of
+-- their definitions), triggers,
 -- policies, event triggers, the roles its privileges name, and what it comments on. One row
 -- each, in COPY text format: kind, ident, name, detail.
 SET search_path = pg_catalog;
@@ -23,6 +24,9 @@ WITH members AS (
     SELECT 'function', p.oid::regprocedure::text, '',
            pg_get_function_arguments(p.oid) || ' => ' || pg_get_function_result(p.oid)
       FROM member_procs p
+    UNION ALL
+    SELECT 'definition', p.oid::regprocedure::text, '', md5(pg_get_functiondef(p.oid))
+      FROM member_procs p JOIN pg_proc f ON f.oid = p.oid WHERE f.prokind IN ('f', 'p')
     UNION ALL
     SELECT 'trigger', t.tgrelid::regclass::text, t.tgname::text, ''
       FROM pg_trigger t WHERE NOT t.tgisinternal AND t.tgrelid IN (SELECT oid FROM member_rels)

@@ -1,8 +1,10 @@
 -- The generated parts of an upgrade script (scripts/upgrade-script), read from the catalog of a
 -- fresh install of the new version. Expects pg_temp.old_facts (scripts/upgrade/facts.sql of a
 -- fresh install of the old version) and the psql variable `section`:
---   functions  every function: CREATE OR REPLACE, owner, comment, grants (and a DROP first when
---              its parameters or result changed, which CREATE OR REPLACE cannot do);
+--   functions  every function whose definition the old version does not have as it is: CREATE
+--              OR REPLACE (and a DROP first when its parameters or result changed, which CREATE
+--              OR REPLACE cannot do); then of every function, changed or not: owner, comment,
+--              grants (so the privileges are reset whatever changed);
 --   rest       row security, owners, triggers, event triggers, policies, grants, comments,
 --              pg_extension_config_dump registrations and ledger forms; then drops of the
 --              functions, triggers, policies and event triggers the old version had and this one
@@ -80,7 +82,12 @@ SELECT 'functions', p.ident || ' 0', format('DROP FUNCTION IF EXISTS %s;', p.ide
 UNION ALL
 SELECT 'functions', p.ident || ' 1',
        concat_ws(E'\n',
-           rtrim(pg_get_functiondef(p.oid), E'\n') || ';',
+           -- (the definition names the parameters and the result, so a changed signature is a
+           -- changed definition)
+           (SELECT rtrim(pg_get_functiondef(p.oid), E'\n') || ';'
+             WHERE NOT EXISTS (SELECT 1 FROM old_facts o
+                                WHERE o.kind = 'definition' AND o.ident = p.ident
+                                  AND o.detail = md5(pg_get_functiondef(p.oid)))),
            (SELECT format('ALTER %s %s OWNER TO %s;', CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END,
                           p.ident, pg_temp.owner_name(p.proowner))
              WHERE pg_temp.owner_name(p.proowner) IS NOT NULL),

@@ -94,3 +94,60 @@ fn the_chain_check_finds_a_deleted_record() {
     assert_eq!(report["checked"], seq - 1, "{report}");
     assert_eq!(report["broken"]["problem"], format!("record {seq} is missing or out of order"), "{report}");
 }
+
+/// The tables whose rows a trigger guards against UPDATE or DELETE (append-only records,
+/// credentials, identities, screening events, …): a row-level `BEFORE DELETE` trigger enabled
+/// ALWAYS, read from the catalog, so a table guarded later is held to the same.
+fn guarded_tables(db: &mut postgres::Client) -> Vec<String> {
+    db.query(
+        "SELECT DISTINCT t.tgrelid::regclass::text
+           FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+          WHERE c.relnamespace = 'querylayer'::regnamespace AND c.relkind IN ('r', 'p')
+            AND NOT t.tgisinternal AND t.tgenabled = 'A'
+            AND t.tgtype & 1 = 1 AND t.tgtype & 2 = 2 AND t.tgtype & 8 = 8
+          ORDER BY 1",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// A TRUNCATE runs no row trigger, so a table guarded row by row needs a TRUNCATE trigger of its
+/// own, or its owner could empty it: before 0.11.0 the owner could truncate the form screening
+/// events (which leave only through the retention purge), and the agents, the console's turns
+/// and the task plans and steps had no TRUNCATE trigger either.
+#[test]
+fn every_guarded_table_refuses_truncate_to_its_owner_and_in_replica_mode() {
+    let db = TestDb::new();
+    seeded_run(&db);
+    let mut su = db.superuser();
+    let tables = guarded_tables(&mut su);
+    for t in [
+        "querylayer.run_events",
+        "querylayer.connections",
+        "querylayer.agents",
+        "querylayer.form_screening_events",
+    ] {
+        assert!(tables.iter().any(|g| g == t), "{t} is among the guarded tables: {tables:?}");
+    }
+    for table in &tables {
+        let own: i64 = su
+            .query_one(
+                "SELECT count(*) FROM pg_trigger
+                  WHERE tgrelid = $1::text::regclass AND NOT tgisinternal AND tgenabled = 'A'
+                    AND tgtype & 1 = 0 AND tgtype & 2 = 2 AND tgtype & 32 = 32",
+                &[table],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(own, 1, "{table} has one BEFORE TRUNCATE trigger of its own, enabled ALWAYS");
+        for setting in ["ROLE querylayer_owner", "session_replication_role = replica"] {
+            let mut tx = su.transaction().unwrap();
+            tx.batch_execute(&format!("SET LOCAL {setting}")).unwrap();
+            let err = tx.batch_execute(&format!("TRUNCATE {table} CASCADE")).unwrap_err();
+            assert_eq!(sql_error(&err).0, "QL423", "TRUNCATE {table} with {setting}");
+        }
+    }
+}
