@@ -805,7 +805,7 @@ mod tests {
             assert_eq!(shown, needs_read, "{}", tool.name);
         }
         let shown = registry::TOOLS.iter().filter(|t| visible(t.name, &read)).count();
-        assert_eq!(shown, 19, "a read-only connection sees the 19 reading tools");
+        assert_eq!(shown, 20, "a read-only connection sees the 20 reading tools");
         assert!(!visible("querylayer_unknown", &read));
         assert!(!visible("querylayer_begin_run", &read));
         assert!(visible("querylayer_create_proposal", &scopes(&["topical-map:write"])));

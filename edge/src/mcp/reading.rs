@@ -1,5 +1,6 @@
-//! Reading content: a revision with its fields, an item's revision history, and the site's
-//! templates with their fields, so an agent can read what it drafts against and what is live.
+//! Reading content: an item with its draft and live revisions, a revision with its fields, an
+//! item's revision history, and the site's templates with their fields, so an agent can read
+//! what it drafts against and what is live.
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
@@ -14,6 +15,28 @@ use super::content::ContentItem;
 use super::output::Json;
 use super::QueryLayerMcp;
 use crate::db::Call;
+
+/// Which item to read.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetContentParams {
+    /// The item (a `content_id` from querylayer_list_content or querylayer_create_draft).
+    pub content_id: Uuid,
+}
+
+/// One item with both revisions a writer cares about and the fields its next draft must fill.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ContentDetail {
+    #[serde(flatten)]
+    pub item: ContentItem,
+    pub created_at: String,
+    /// The current draft revision, with its fields: what the next publish would put live.
+    pub draft: Option<Revision>,
+    /// The live revision, with its fields; null until a publish is approved.
+    pub live: Option<Revision>,
+    /// The fields of the newest version of the item's template: the contract of its next draft.
+    pub template_fields: Vec<TemplateField>,
+}
 
 /// Which revision to read.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -136,6 +159,18 @@ pub struct TemplateList {
 
 #[tool_router(router = reading_router, vis = "pub(super)")]
 impl QueryLayerMcp {
+    /// Read one content item: its state and pointers, its draft and live revisions with their
+    /// fields, and the fields its template asks of the next draft. Needs content:read.
+    #[tool(name = "querylayer_get_content")]
+    async fn get_content(
+        &self,
+        Parameters(p): Parameters<GetContentParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<Json<ContentDetail>, CallToolResult> {
+        let call = Call::new("get_content").arg("p_content_id", p.content_id);
+        self.call(&ctx, call).await
+    }
+
     /// Read one revision: its fields, the template and version it satisfied, its author (agent,
     /// connection and run, or member), and whether it is the draft or live. Needs content:read.
     #[tool(name = "querylayer_get_revision")]

@@ -71,7 +71,16 @@ pub const TOOLS: &[ToolEntry] = &[
         "list_content",
         "content items with draft and live pointers",
     ),
-    // Reading content (revisions, history, templates).
+    // Reading content (an item, revisions, history, templates).
+    tool(
+        "querylayer_get_content",
+        "Read a content item",
+        &["content:read"],
+        READ,
+        &["content_id"],
+        "get_content",
+        "one item with its draft and live revisions and its template's fields",
+    ),
     tool(
         "querylayer_get_revision",
         "Read a revision",

@@ -32,6 +32,12 @@ async def test_an_agent_reads_revisions_their_history_and_the_templates():
         run, draft, _ = await draft_and_request(client, "First")
         second = structured(await client.call_tool("querylayer_create_draft", {
             "run_id": run["run_id"], "content_id": draft["content_id"], "fields": {"title": "Second", "body": "B2"}}))
+        item = structured(await client.call_tool("querylayer_get_content", {"content_id": draft["content_id"]}))
+        assert item["content_id"] == draft["content_id"] and item["state"] == "draft" and item["live"] is None
+        assert item["draft"]["revision_id"] == second["revision_id"] == item["draft_revision_id"]
+        assert item["draft"]["fields"] == {"title": "Second", "body": "B2"} and item["draft"]["is_draft"] is True
+        assert item["draft_revision_number"] == 2 and item["title"] == "Second"
+        assert item["template_fields"] == article["fields"]
         revision = structured(await client.call_tool("querylayer_get_revision", {"revision_id": draft["revision_id"]}))
         assert revision["fields"] == {"title": "First", "body": "# Heading\n\nBody."}
         assert revision["author"]["agent"] == "demo-agent" and revision["author"]["run_id"] == run["run_id"]
@@ -44,6 +50,8 @@ async def test_an_agent_reads_revisions_their_history_and_the_templates():
             "content_id": draft["content_id"], "limit": 1, "cursor": history["next_cursor"]}))
         assert [r["revision_id"] for r in older["revisions"]] == [draft["revision_id"]]
         assert older.get("next_cursor") is None
+        unknown = tool_error(await client.call_tool("querylayer_get_content", {"content_id": str(uuid.uuid4())}))
+        assert unknown["code"] == "not_found" and unknown["message"].startswith("content_id: no content item")
         # Leaving out the template of a new item names the argument and the templates there are.
         error = tool_error(await client.call_tool("querylayer_create_draft", {
             "run_id": run["run_id"], "slug": f"x-{uuid.uuid4().hex[:8]}", "fields": {"title": "T"}}))
