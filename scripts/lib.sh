@@ -116,8 +116,8 @@ install_extension() {
 DEMO_QUESTION="Where do fiscal capacity and energy burden overlap with health risk?"
 
 # The released version an upgrade starts from, and its commit.
-PREVIOUS_VERSION=0.10.0
-PREVIOUS_COMMIT=75aceb3
+PREVIOUS_VERSION=0.11.0
+PREVIOUS_COMMIT=c042217
 
 # The commit of each earlier release: the upgrade tier also upgrades each older one, through
 # every upgrade script in turn, to this version.
@@ -133,6 +133,7 @@ release_commit() {
         0.8.0) echo ce9dfd9 ;;
         0.9.0) echo d6cbc72 ;;
         0.10.0) echo 75aceb3 ;;
+        0.11.0) echo c042217 ;;
         *) echo "no release $1" >&2; return 1 ;;
     esac
 }

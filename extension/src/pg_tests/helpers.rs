@@ -95,6 +95,24 @@ pub(crate) fn request_publish(run_id: &str, content_id: &str, revision_id: &str)
     p["proposal_id"].as_str().unwrap().to_string()
 }
 
+/// An agent's proposal to `archive` or `restore` an item; `archived_at` is the snapshot a restore
+/// names. Returns its id.
+pub(crate) fn lifecycle_proposal(
+    run_id: &str,
+    content_id: &str,
+    action: &str,
+    archived_at: Option<&str>,
+) -> String {
+    let snapshot = archived_at.map_or("null".to_string(), |a| format!("\"{a}\""));
+    json(&format!(
+        "SELECT querylayer_api.create_proposal('{run_id}', 'content_lifecycle',
+           '{{\"items\": [{{\"content_id\": \"{content_id}\", \"action\": \"{action}\", \"archived_at\": {snapshot}}}]}}')"
+    ))["proposal_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 pub(crate) fn live_pointer(content_id: &str) -> Option<String> {
     Spi::get_one::<String>(&format!(
         "SELECT published_revision_id::text FROM querylayer.content_items WHERE id = '{content_id}'"

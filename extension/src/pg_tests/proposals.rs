@@ -4,22 +4,11 @@
 #[pgrx::pg_schema]
 mod tests {
     use crate::pg_tests::helpers::{
-        as_member, authenticate, content_site, count, draft, expect_sqlstate, json, live_pointer,
-        member_token, redraft, request_publish, text,
+        as_member, authenticate, content_site, count, draft, expect_sqlstate, json, lifecycle_proposal,
+        live_pointer, member_token, redraft, request_publish, text,
     };
     use pgrx::prelude::*;
     use serde_json::Value;
-
-    fn lifecycle_proposal(run_id: &str, content_id: &str, action: &str, archived_at: Option<&str>) -> String {
-        let snapshot = archived_at.map_or("null".to_string(), |a| format!("\"{a}\""));
-        json(&format!(
-            "SELECT querylayer_api.create_proposal('{run_id}', 'content_lifecycle',
-               '{{\"items\": [{{\"content_id\": \"{content_id}\", \"action\": \"{action}\", \"archived_at\": {snapshot}}}]}}')"
-        ))["proposal_id"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    }
 
     /// The whole content_items row, to show a decision changed nothing.
     fn content_row(content_id: &str) -> String {
@@ -152,13 +141,7 @@ mod tests {
             "SELECT to_jsonb(archived_at)#>>'{{}}' FROM querylayer.content_items WHERE id = '{content_id}'"
         ));
         authenticate(&site.secret);
-        let restore = json(&format!(
-            "SELECT querylayer_api.create_proposal('{run_id}', 'content_lifecycle',
-               '{{\"items\": [{{\"content_id\": \"{content_id}\", \"action\": \"restore\", \"archived_at\": \"{archived_at}\"}}]}}')"
-        ))["proposal_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let restore = lifecycle_proposal(&run_id, &content_id, "restore", Some(&archived_at));
         as_member(&site.owner_token);
         assert_eq!(
             json(&format!("SELECT querylayer_api.decide_proposal('{restore}', 'approve')"))["state"],

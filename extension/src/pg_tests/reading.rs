@@ -4,8 +4,8 @@
 #[pgrx::pg_schema]
 mod tests {
     use crate::pg_tests::helpers::{
-        as_member, authenticate, content_site, draft, expect_sqlstate, json, live_pointer, redraft,
-        request_publish, text,
+        as_member, authenticate, content_site, draft, expect_sqlstate, json, lifecycle_proposal,
+        live_pointer, redraft, request_publish, text,
     };
     use pgrx::prelude::*;
     use serde_json::Value;
@@ -60,20 +60,28 @@ mod tests {
 
     /// Every item of a page of content, as the agent's list and the desk's list page it (one
     /// query a page, `content_json_list`), and the item get_content shows are one shape: the same
-    /// members with the same values, page by page in list order, filtered by state.
+    /// members with the same values, page by page in list order, filtered by state, in every
+    /// state (the page writes the item's shape and its state's rule in its own query).
     #[pg_test]
     fn a_page_of_content_shows_each_item_as_get_content_does() {
         let site = content_site();
         let (run_id, published, first) = draft(&site.secret, "paged-a");
+        let mut archived = String::new();
         for slug in ["paged-b", "paged-c", "paged-d"] {
-            json(&format!(
+            archived = json(&format!(
                 "SELECT querylayer_api.create_draft('{run_id}', 'article', '{{\"title\": \"{slug}\", \"body\": \"B\"}}', NULL, '{slug}')"
-            ));
+            ))["content_id"]
+                .as_str()
+                .unwrap()
+                .to_string();
         }
         let proposal = request_publish(&run_id, &published, &first);
+        let archive = lifecycle_proposal(&run_id, &archived, "archive", None);
         as_member(&site.owner_token);
         json(&format!("SELECT querylayer_api.decide_proposal('{proposal}', 'approve')"));
         assert_eq!(live_pointer(&published).as_deref(), Some(first.as_str()));
+        let decided = json(&format!("SELECT querylayer_api.decide_proposal('{archive}', 'approve')"));
+        assert_eq!(decided["execution"]["status"], "applied", "{decided}");
         authenticate(&site.secret);
         redraft(&run_id, &published);
         as_member(&site.owner_token);
@@ -125,7 +133,10 @@ mod tests {
             .unwrap()
             .iter()
             .all(|i| i["state"] == "draft" && i["content_id"] != published.as_str()));
-        assert_eq!(state("archived"), serde_json::json!([]));
+        let archived_page = state("archived");
+        assert_eq!(archived_page.as_array().unwrap().len(), 1, "{archived_page}");
+        assert_eq!(archived_page[0]["content_id"], archived.as_str());
+        assert!(archived_page[0]["archived_at"].is_string(), "{archived_page}");
     }
 
     #[pg_test]
