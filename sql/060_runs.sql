@@ -234,8 +234,8 @@ END
 $$;
 
 -- A run as readers see it, given its finished event (NULL while it is open), its deadline and
--- its artifacts' keys: the one shape of a run, for a single run (run_json) and for a page of a
--- list (run_json_list).
+-- its artifacts' keys: the shape of a single run (run_json, begin_run's answer); a page of a list
+-- writes the same members in its query (run_json_list).
 CREATE FUNCTION querylayer.run_json_of(p_run querylayer.runs, p_finished querylayer.run_events, p_deadline_at timestamptz,
                                        p_artifact_keys jsonb) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
@@ -269,13 +269,29 @@ END
 $$;
 
 -- The runs p_ids in that order, each with its agent's handle, as a JSON array: a page of a list
--- in one query, not three an item.
+-- in one query, not three an item. It writes run_json_of's members out in the query, with the
+-- agent's handle among them, rather than calling it for each run and adding the handle to its
+-- answer (a call of a PL/pgSQL function and a second building of the object a run were a sixth
+-- of a page of ten: docs/performance.md, "0.12.0"). pg_tests/runs.rs holds every member of every
+-- run of a page, open and finished, equal to what get_run gives for it.
 CREATE FUNCTION querylayer.run_json_list(p_ids uuid[]) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN (
-    SELECT coalesce(jsonb_agg(querylayer.run_json_of(r, f, d.deadline_at, coalesce(k.keys, '[]'))
-                              || jsonb_build_object('agent', g.handle) ORDER BY x.o), '[]')
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'run_id', r.id, 'run_type', r.run_type, 'harness', r.harness,
+               'agent_id', r.agent_id, 'connection_id', r.connection_id,
+               'input', r.input, 'required_outputs', to_jsonb(r.required_outputs),
+               'completion_conditions', to_jsonb(r.completion_conditions),
+               'started_at', r.started_at,
+               'state', CASE WHEN f.id IS NULL THEN 'open' ELSE 'finished' END,
+               'outcome', f.outcome, 'requested_outcome', f.requested_outcome,
+               'reason_code', f.reason_code, 'reasons', f.reasons,
+               'missing_outputs', to_jsonb(f.missing_outputs), 'summary', f.summary,
+               'finished_at', f.created_at,
+               'deadline_at', d.deadline_at,
+               'artifact_keys', coalesce(k.keys, '[]'),
+               'agent', g.handle) ORDER BY x.o), '[]')
       FROM unnest(p_ids) WITH ORDINALITY AS x(id, o)
       JOIN querylayer.runs r ON r.id = x.id
       JOIN querylayer.agents g ON g.id = r.agent_id

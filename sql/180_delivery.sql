@@ -143,6 +143,7 @@ $$;
 
 -- A live item as the website receives it: the published revision's fields and the validators
 -- of conditional requests. ETag: the revision and when it went live; Last-Modified: that time.
+-- (delivery_items writes the same members in its query.)
 CREATE FUNCTION querylayer.delivered_json(p_item querylayer.content_items, p_rev querylayer.content_revisions)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
@@ -201,12 +202,22 @@ BEGIN
             RAISE EXCEPTION 'cursor: not a cursor this API returned' USING ERRCODE = '22023';
         END;
     END IF;
-    SELECT coalesce(jsonb_agg(querylayer.delivered_json(i, r) ORDER BY i.slug), '[]') INTO v_items
+    -- delivered_json's members, written out in the query rather than called for each item (a
+    -- call and its query of the template were a quarter of a page of ten: docs/performance.md,
+    -- "0.12.0"); pg_tests/delivery.rs holds a page's item equal to delivery_item's.
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'slug', i.slug, 'template', t.name, 'template_version', t.version,
+               'revision_id', r.id, 'revision_number', r.revision_number,
+               'fields', r.fields, 'published_at', i.published_at,
+               'etag', '"' || left(encode(pg_catalog.sha256(pg_catalog.convert_to(
+                           r.id::text || '@' || extract(epoch FROM i.published_at)::text, 'UTF8')), 'hex'), 32) || '"',
+               'last_modified', i.published_at) ORDER BY i.slug), '[]') INTO v_items
       FROM (SELECT * FROM querylayer.content_items
              WHERE site_id = querylayer.ctx_site_id() AND published_revision_id IS NOT NULL AND archived_at IS NULL
                AND (v_after IS NULL OR slug > v_after)
              ORDER BY slug LIMIT p_limit) i
-      JOIN querylayer.content_revisions r ON r.id = i.published_revision_id;
+      JOIN querylayer.content_revisions r ON r.id = i.published_revision_id
+      JOIN querylayer.templates t ON t.id = r.template_id;
     RETURN jsonb_build_object(
         'items', v_items,
         'next_cursor', CASE WHEN jsonb_array_length(v_items) = p_limit

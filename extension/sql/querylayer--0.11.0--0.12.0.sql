@@ -708,6 +708,37 @@ REVOKE ALL ON FUNCTION querylayer.rights_parse(text) FROM PUBLIC, querylayer_adm
 ALTER FUNCTION querylayer.run_json(querylayer.runs) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.run_json(querylayer.runs) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
+CREATE OR REPLACE FUNCTION querylayer.run_json_list(p_ids uuid[])
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN (
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'run_id', r.id, 'run_type', r.run_type, 'harness', r.harness,
+               'agent_id', r.agent_id, 'connection_id', r.connection_id,
+               'input', r.input, 'required_outputs', to_jsonb(r.required_outputs),
+               'completion_conditions', to_jsonb(r.completion_conditions),
+               'started_at', r.started_at,
+               'state', CASE WHEN f.id IS NULL THEN 'open' ELSE 'finished' END,
+               'outcome', f.outcome, 'requested_outcome', f.requested_outcome,
+               'reason_code', f.reason_code, 'reasons', f.reasons,
+               'missing_outputs', to_jsonb(f.missing_outputs), 'summary', f.summary,
+               'finished_at', f.created_at,
+               'deadline_at', d.deadline_at,
+               'artifact_keys', coalesce(k.keys, '[]'),
+               'agent', g.handle) ORDER BY x.o), '[]')
+      FROM unnest(p_ids) WITH ORDINALITY AS x(id, o)
+      JOIN querylayer.runs r ON r.id = x.id
+      JOIN querylayer.agents g ON g.id = r.agent_id
+      LEFT JOIN querylayer.run_events f ON f.run_id = r.id AND f.kind = 'finished'
+      LEFT JOIN querylayer.run_deadlines d ON d.run_id = r.id
+      LEFT JOIN LATERAL (SELECT jsonb_agg(a.key ORDER BY a.key) AS keys
+                           FROM querylayer.run_artifacts a WHERE a.run_id = r.id) k ON true);
+END
+$function$;
 ALTER FUNCTION querylayer.run_json_list(uuid[]) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer.run_json_list(uuid[]) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 
@@ -1191,6 +1222,53 @@ REVOKE ALL ON FUNCTION querylayer_api.delivery_item(text) FROM PUBLIC, querylaye
 GRANT EXECUTE ON FUNCTION querylayer_api.delivery_item(text) TO querylayer_admin;
 GRANT EXECUTE ON FUNCTION querylayer_api.delivery_item(text) TO querylayer_edge;
 
+CREATE OR REPLACE FUNCTION querylayer_api.delivery_items(p_limit integer DEFAULT 20, p_cursor text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_after text;
+    v_items jsonb;
+BEGIN
+    PERFORM querylayer.require_delivery();
+    PERFORM querylayer.page_limit(p_limit, 100);
+    IF p_cursor IS NOT NULL THEN
+        BEGIN
+            v_after := convert_from(decode(translate(p_cursor, '-_', '+/') ||
+                                           repeat('=', (4 - length(p_cursor) % 4) % 4), 'base64'), 'UTF8');
+        EXCEPTION WHEN others THEN
+            RAISE EXCEPTION 'cursor: not a cursor this API returned' USING ERRCODE = '22023';
+        END;
+    END IF;
+    -- delivered_json's members, written out in the query rather than called for each item (a
+    -- call and its query of the template were a quarter of a page of ten: docs/performance.md,
+    -- "0.12.0"); pg_tests/delivery.rs holds a page's item equal to delivery_item's.
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'slug', i.slug, 'template', t.name, 'template_version', t.version,
+               'revision_id', r.id, 'revision_number', r.revision_number,
+               'fields', r.fields, 'published_at', i.published_at,
+               'etag', '"' || left(encode(pg_catalog.sha256(pg_catalog.convert_to(
+                           r.id::text || '@' || extract(epoch FROM i.published_at)::text, 'UTF8')), 'hex'), 32) || '"',
+               'last_modified', i.published_at) ORDER BY i.slug), '[]') INTO v_items
+      FROM (SELECT * FROM querylayer.content_items
+             WHERE site_id = querylayer.ctx_site_id() AND published_revision_id IS NOT NULL AND archived_at IS NULL
+               AND (v_after IS NULL OR slug > v_after)
+             ORDER BY slug LIMIT p_limit) i
+      JOIN querylayer.content_revisions r ON r.id = i.published_revision_id
+      JOIN querylayer.templates t ON t.id = r.template_id;
+    RETURN jsonb_build_object(
+        'items', v_items,
+        'next_cursor', CASE WHEN jsonb_array_length(v_items) = p_limit
+                            THEN rtrim(translate(encode(convert_to(v_items->-1->>'slug', 'UTF8'), 'base64'), '+/', '-_'), '=') END,
+        'etag', '"' || left(encode(pg_catalog.sha256(pg_catalog.convert_to(
+                    coalesce(p_cursor, '') || '|' || p_limit || '|' ||
+                    coalesce((SELECT string_agg(x->>'etag', ',') FROM jsonb_array_elements(v_items) x), ''), 'UTF8')), 'hex'), 32) || '"',
+        'last_modified', (SELECT max(executed_at) FROM querylayer.proposal_executions
+                           WHERE site_id = querylayer.ctx_site_id() AND status = 'applied'));
+END
+$function$;
 ALTER FUNCTION querylayer_api.delivery_items(integer,text) OWNER TO querylayer_owner;
 REVOKE ALL ON FUNCTION querylayer_api.delivery_items(integer,text) FROM PUBLIC, querylayer_admin, querylayer_edge, querylayer_worker;
 GRANT EXECUTE ON FUNCTION querylayer_api.delivery_items(integer,text) TO querylayer_admin;
