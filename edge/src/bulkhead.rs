@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use uuid::Uuid;
 
 use crate::error::Error;
 
@@ -27,14 +28,23 @@ struct Permits {
     write: Arc<Semaphore>,
 }
 
-/// Per-site permits, and the site each presented credential belongs to (a credential's site
-/// never changes, so a console request can take its permit before it takes a connection).
+/// Per-site permits, and what this edge learned of each credential it authenticated: its site
+/// and the id its rate is kept under. Neither ever changes for a credential, so a request can
+/// take its permit, and its rate token, before it takes a connection.
 pub struct SiteLimits {
     reads: usize,
     writes: usize,
     wait: Duration,
     sites: Mutex<HashMap<String, Arc<Permits>>>,
-    credentials: Mutex<HashMap<[u8; 32], String>>,
+    credentials: Mutex<HashMap<[u8; 32], Known>>,
+}
+
+/// A credential this edge has authenticated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Known {
+    pub site: String,
+    /// The key of its rate limit (a token's or a session's id); none for a public site.
+    pub rate_key: Option<Uuid>,
 }
 
 /// Entries kept before the credential cache starts over.
@@ -97,11 +107,17 @@ impl SiteLimits {
 
     /// The site a credential fingerprint authenticated for, if this edge has seen it.
     pub fn site_of(&self, fingerprint: &[u8]) -> Option<String> {
+        self.known(fingerprint).map(|k| k.site)
+    }
+
+    /// What this edge learned of a credential fingerprint when it authenticated it, if it has.
+    pub fn known(&self, fingerprint: &[u8]) -> Option<Known> {
         let key: [u8; 32] = fingerprint.try_into().ok()?;
         self.credentials.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned()
     }
 
-    pub fn remember(&self, fingerprint: &[u8], site: &str) {
+    /// Called once the database has authenticated the credential.
+    pub fn remember(&self, fingerprint: &[u8], site: &str, rate_key: Option<Uuid>) {
         let Ok(key) = <[u8; 32]>::try_from(fingerprint) else {
             return;
         };
@@ -109,7 +125,7 @@ impl SiteLimits {
         if credentials.len() >= CREDENTIALS_KEPT {
             credentials.clear();
         }
-        credentials.insert(key, site.to_string());
+        credentials.insert(key, Known { site: site.to_string(), rate_key });
     }
 }
 
@@ -137,7 +153,10 @@ mod tests {
         let limits = SiteLimits::new(16, None, None, Duration::from_secs(1));
         let fp = [7u8; 32];
         assert_eq!(limits.site_of(&fp), None);
-        limits.remember(&fp, "demo");
+        let id = Uuid::new_v4();
+        limits.remember(&fp, "demo", Some(id));
         assert_eq!(limits.site_of(&fp).as_deref(), Some("demo"));
+        assert_eq!(limits.known(&fp), Some(Known { site: "demo".into(), rate_key: Some(id) }));
+        assert_eq!(limits.known(&[8u8; 32]), None);
     }
 }

@@ -233,7 +233,7 @@ impl Member {
         let sites = state.sites.clone();
         let fingerprint = self.fingerprint.clone();
         let check = move |m: &MemberContext| {
-            sites.remember(fingerprint.as_bytes(), &m.site);
+            sites.remember(fingerprint.as_bytes(), &m.site, Some(m.member_token_id));
             limiter.check(m.member_token_id).map_err(Error::rate_limited)
         };
         let idem = match (&self.idempotency, call) {

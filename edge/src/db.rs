@@ -173,6 +173,20 @@ impl Call {
         format!("SELECT CASE WHEN o THEN {value} END FROM querylayer_api.open_replica_read($1, $2, $3::text::pg_lsn) AS o")
     }
 
+    /// The one statement of a delivery request (edge/src/delivery.rs), its own transaction, made
+    /// read-only before anything else runs: `set_config` in the argument list (evaluated before
+    /// the call) does what `SET TRANSACTION READ ONLY` does, and once the transaction has run a
+    /// query nothing can make it read-write again. Then `authenticate_delivery` ($1 the site, $2
+    /// the token's fingerprint or none) holds the delivery context, then the call. Its row: what
+    /// the authentication said, and the answer. The call's arguments follow.
+    pub fn delivery_sql(&self) -> String {
+        format!(
+            "SELECT a, to_jsonb({}) FROM querylayer_api.authenticate_delivery($1, \
+             CASE WHEN pg_catalog.set_config('transaction_read_only', 'on', true) = 'on' THEN $2::bytea END) AS a",
+            self.invocation(3)
+        )
+    }
+
     fn params(&self) -> impl Iterator<Item = &(dyn ToSql + Sync)> {
         self.args.iter().map(|(_, _, p)| p.as_ref() as &(dyn ToSql + Sync))
     }
@@ -604,6 +618,23 @@ impl Db {
         .await;
         self.after_refusal(tool, &outcome).await;
         outcome
+    }
+
+    /// A delivery request: one statement in autocommit (`Call::delivery_sql`), so one round trip
+    /// once the connection has prepared it. Returns what `authenticate_delivery` said, and the
+    /// answer.
+    pub async fn deliver(
+        &self,
+        site: &str,
+        token: Option<&Fingerprint>,
+        call: &Call,
+    ) -> Result<(Value, Value), Error> {
+        let client = self.client().await?;
+        let statement = self.prepare(&client.statement_cache, &client, &call.delivery_sql()).await?;
+        let fingerprint = token.map(Fingerprint::as_bytes);
+        let params: Vec<&(dyn ToSql + Sync)> = vec![&site, &fingerprint];
+        let row = self.query_call(&client, &statement, params, call).await?;
+        Ok((row.try_get(0)?, row.try_get::<_, Option<Value>>(1)?.unwrap_or(Value::Null)))
     }
 
     /// A read tool on the standby `replica` when it has replayed to `floor` (edge/src/replica.rs),

@@ -2,8 +2,8 @@
 //! `GET /delivery/v1/sites/{site}/content` (a page of live items, by slug) and
 //! `GET /delivery/v1/sites/{site}/content/{slug}` (one live item), with the site's delivery
 //! token (`Authorization: Bearer qld_…`) or none when the site's owner made delivery public. Each
-//! request is one read-only transaction: `authenticate_delivery`, then one delivery function;
-//! the database serves only what is live. Validators (`ETag`, `Last-Modified`) come from the
+//! request is one statement, its own read-only transaction: `authenticate_delivery`, then one
+//! delivery function; the database serves only what is live. Validators (`ETag`, `Last-Modified`) come from the
 //! database; `If-None-Match` and `If-Modified-Since` are answered 304 here.
 
 use axum::extract::rejection::QueryRejection;
@@ -14,11 +14,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::auth::bearer;
 use crate::bulkhead::Access;
-use crate::db::{Call, Fingerprint};
+use crate::db::{Call, Fingerprint, RoundTrips};
 use crate::error::Error;
 use crate::state::AppState;
 
@@ -58,32 +57,34 @@ async fn item(
     deliver(&state, &site, &headers, Call::new("delivery_item").arg("p_slug", slug)).await
 }
 
-/// BEGIN READ ONLY; authenticate_delivery; the call; COMMIT. Then the conditional answer.
+/// One statement: `authenticate_delivery`, then the call in a transaction made read-only
+/// (`Db::deliver`). Then the conditional answer.
 async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) -> Response {
     let token = bearer(headers).map(Fingerprint::of);
-    // The site's share of the pool, once this edge has served the token (or the public site)
-    // before: a site is never given permits on the word of an unauthenticated request.
-    let known = token.clone().unwrap_or_else(|| Fingerprint::of(&format!("public delivery: {site}")));
+    // What this edge learned when it last served the token (or the public site): the site's
+    // share of the pool and the token's rate are taken before the database is asked. A site is
+    // never given permits on the word of an unauthenticated request.
+    let presented = token.clone().unwrap_or_else(|| Fingerprint::of(&format!("public delivery: {site}")));
+    let known = state.sites.known(presented.as_bytes());
+    let trips = RoundTrips::default();
+    let db = state.db.counting(&trips);
     let result = async {
-        let _permit = match state.sites.site_of(known.as_bytes()) {
-            Some(site) => Some(state.sites.acquire(&site, Access::Read).await?),
+        let _permit = match &known {
+            Some(k) => Some(state.sites.acquire(&k.site, Access::Read).await?),
             None => None,
         };
-        let mut client = state.db.client().await?;
-        let tx = client.build_transaction().read_only(true).start().await?;
-        let auth: Value = tx
-            .query_one(
-                "SELECT querylayer_api.authenticate_delivery($1, $2)",
-                &[&site, &token.as_ref().map(|t| t.as_bytes())],
-            )
-            .await?
-            .get(0);
-        state.sites.remember(known.as_bytes(), auth["site"].as_str().unwrap_or(site));
-        if let Some(id) = auth["delivery_token_id"].as_str().and_then(|s| s.parse::<uuid::Uuid>().ok()) {
+        let taken = match known.as_ref().and_then(|k| k.rate_key) {
+            Some(id) => Some(state.limiter.check(id).map_err(Error::rate_limited)?),
+            None => None,
+        };
+        let (auth, value) = db.deliver(site, token.as_ref(), &call).await?;
+        let id = auth["delivery_token_id"].as_str().and_then(|s| s.parse::<uuid::Uuid>().ok());
+        state.sites.remember(presented.as_bytes(), auth["site"].as_str().unwrap_or(site), id);
+        // A token this edge had not served: its rate's token is taken now, before the answer
+        // leaves. (A new bucket starts full, so this refuses only a token the edge forgot.)
+        if let (None, Some(id)) = (taken, id) {
             state.limiter.check(id).map_err(Error::rate_limited)?;
         }
-        let value = call.run(&tx).await?;
-        tx.commit().await?;
         Ok::<_, Error>(value)
     }
     .await;
@@ -91,9 +92,10 @@ async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) 
         Ok(v) => v,
         Err(e) if e.status == StatusCode::UNAUTHORIZED => {
             if let Some(token) = &token {
-                state.db.record_failed_delivery_authentication(token).await;
+                db.record_failed_delivery_authentication(token).await;
             }
             let mut response = Error::unauthenticated().into_response();
+            response.extensions_mut().insert(trips);
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static(r#"Bearer realm="querylayer-delivery""#),
@@ -102,7 +104,9 @@ async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) 
         }
         Err(e) => {
             e.log(call_name(&call));
-            return e.into_response();
+            let mut response = e.into_response();
+            response.extensions_mut().insert(trips);
+            return response;
         }
     };
     let etag =
@@ -132,6 +136,7 @@ async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) 
         HeaderValue::from_static(if token.is_some() { "private, no-cache" } else { "public, no-cache" }),
     );
     h.insert(header::VARY, HeaderValue::from_static("Authorization"));
+    response.extensions_mut().insert(trips);
     response
 }
 

@@ -137,12 +137,15 @@ async fn log_request(request: Request, next: Next) -> Response {
     let path = request.uri().path().to_string();
     let mcp_method = request.headers().get("mcp-method").and_then(|v| v.to_str().ok()).map(str::to_string);
     let response = next.run(request).await;
+    // A handler that counted its database round trips (the delivery API) left them here.
+    let db_round_trips = response.extensions().get::<db::RoundTrips>().map(db::RoundTrips::count);
     tracing::info!(
         method = %method,
         path = %path,
         status = response.status().as_u16(),
         duration_ms = started.elapsed().as_millis() as u64,
         mcp_method,
+        db_round_trips,
         "request"
     );
     response

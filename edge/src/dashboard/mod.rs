@@ -223,10 +223,11 @@ pub(crate) async fn run_calls(
         Ok(row) => row.get(0),
         Err(e) => return (None, Err(e.into())),
     };
+    let session = me["session_id"].as_str().and_then(|s| s.parse::<Uuid>().ok());
     if let Some(site) = me["site"].as_str() {
-        state.sites.remember(fingerprint.as_bytes(), site);
+        state.sites.remember(fingerprint.as_bytes(), site, session);
     }
-    if let Some(id) = me["session_id"].as_str().and_then(|s| s.parse::<Uuid>().ok()) {
+    if let Some(id) = session {
         if let Err(retry) = state.limiter.check(id) {
             return (Some(me), Err(Error::rate_limited(retry)));
         }

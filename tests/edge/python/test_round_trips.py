@@ -2,7 +2,9 @@
 of each request (every statement it sends, a first prepare on a pooled connection included) and
 logs them with the tool call (`db_round_trips`). A tool call of a connection this edge has just
 seen is one round trip, read or write; a refused call is two (the call, then the record of its
-refusal in a statement of its own); and every one of them is in the audit trail.
+refusal in a statement of its own); and every one of them is in the audit trail. A delivery
+request is one round trip too (the `request` line carries its count), and a delivery token over
+its rate is refused before any.
 
 Its own edge, with a pool of one connection, so that each statement shape is prepared once and
 the counts that follow are exact."""
@@ -18,7 +20,7 @@ import uuid
 import httpx2
 import pytest
 
-from harness import BIN, EDGE_DB_URL, SECRETS, admin, mint, raw_post, superuser_sql
+from harness import BIN, EDGE_DB_URL, SECRETS, admin, issued, mint, raw_post, superuser_sql
 
 LOGS = pathlib.Path(SECRETS).parent
 
@@ -29,26 +31,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def edge():
+def serve(name: str, *flags: str):
+    """An edge of this test's own, logging to `<name>.log`: (process, url, log path)."""
     port = free_port()
-    path = LOGS / "edge-round-trips.log"
+    path = LOGS / f"{name}.log"
     log = open(path, "w")
     proc = subprocess.Popen(
-        [BIN, "--log-format", "json", "serve", "--port", str(port), "--rate-limit", "0", "--db-pool-size", "1"],
+        [BIN, "--log-format", "json", "serve", "--port", str(port), *flags],
         env={**os.environ, "DATABASE_URL": EDGE_DB_URL}, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(200):
         try:
             if httpx2.get(f"{url}/readyz", timeout=1).status_code == 200:
-                break
+                return proc, url, path
         except Exception:
             pass
         time.sleep(0.05)
-    else:
-        proc.kill()
-        raise RuntimeError(f"the edge did not start; see {path}")
+    proc.kill()
+    raise RuntimeError(f"the edge did not start; see {path}")
+
+
+@pytest.fixture(scope="module")
+def edge():
+    proc, url, path = serve("edge-round-trips", "--rate-limit", "0", "--db-pool-size", "1")
     yield url, path
     proc.terminate()
     proc.wait(timeout=20)
@@ -148,3 +154,75 @@ def test_a_revoked_connection_is_refused_at_its_next_call_with_the_401(edge):
         "SELECT count(*) FROM querylayer.audit_events WHERE action = 'authenticate' AND outcome = 'denied' "
         f"AND detail->>'subject_id' = '{connection['connection_id']}' AND detail->>'channel' = 'mcp'")
     assert int(failed) >= 1
+
+
+def delivery_trips(path: pathlib.Path, n: int) -> list[dict]:
+    """The edge's last `n` request lines of the delivery API, in order, once they have reached
+    the log (the edge batches its log lines)."""
+    for _ in range(100):
+        lines = []
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("message") == "request" and record.get("path", "").startswith("/delivery/v1/"):
+                lines.append(record)
+        if len(lines) >= n:
+            return lines[-n:]
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} delivery request lines")
+
+
+def test_a_delivery_request_is_one_round_trip(edge):
+    url, path = edge
+    created = admin("create-delivery-token", "--site", "demo", "--name", f"rt {uuid.uuid4().hex[:8]}",
+                    "--expires-in", "1 hour")
+    token = created["token"]
+    issued(token)
+    page = f"{url}/delivery/v1/sites/demo/content"
+    auth = {"Authorization": f"Bearer {token}"}
+    # The first request of a token: authenticate and read in one statement (its prepare the
+    # first time the pool's connection sees that shape); then one round trip each, the token's
+    # rate taken before the database is asked.
+    for _ in range(3):
+        response = httpx2.get(page, params={"limit": 5}, headers=auth, timeout=10)
+        assert response.status_code == 200, response.text
+        assert "items" in response.json()
+    item = httpx2.get(f"{page}/no-such-item-{uuid.uuid4().hex[:8]}", headers=auth, timeout=10)
+    assert item.status_code == 404, item.text
+    # A token that fails: the statement, then the failed authentication's record.
+    refused = httpx2.get(page, params={"limit": 5}, headers={"Authorization": "Bearer qld_not_a_token"},
+                         timeout=10)
+    assert refused.status_code == 401, refused.text
+    lines = delivery_trips(path, 5)
+    # (The page's shape and the item's are each prepared once on the pool's one connection.)
+    assert [(r["status"], r["db_round_trips"]) for r in lines] == [(200, 2), (200, 1), (200, 1), (404, 2), (401, 2)], lines
+    failed = superuser_sql(
+        "SELECT count(*) FROM querylayer.audit_events WHERE action = 'authenticate' AND outcome = 'denied' "
+        "AND detail->>'channel' = 'delivery'")
+    assert int(failed) >= 1
+
+
+def test_a_delivery_token_over_its_rate_is_refused_before_the_database():
+    proc, url, path = serve("edge-delivery-rate", "--rate-limit", "0.01", "--rate-burst", "2")
+    try:
+        created = admin("create-delivery-token", "--site", "demo", "--name", f"rate {uuid.uuid4().hex[:8]}",
+                        "--expires-in", "1 hour")
+        issued(created["token"])
+        page = f"{url}/delivery/v1/sites/demo/content"
+        auth = {"Authorization": f"Bearer {created['token']}"}
+        assert [httpx2.get(page, headers=auth, timeout=10).status_code for _ in range(2)] == [200, 200]
+        refused = httpx2.get(page, headers=auth, timeout=10)
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited", refused.text
+        assert int(refused.headers["retry-after"]) >= 1
+        # The token's id was learned with its first answer: the refusal asked nothing of the database.
+        assert [(r["status"], r["db_round_trips"]) for r in delivery_trips(path, 3)][2] == (429, 0)
+        # Another token has a bucket of its own.
+        other = admin("create-delivery-token", "--site", "demo", "--name", f"rate {uuid.uuid4().hex[:8]}",
+                      "--expires-in", "1 hour")
+        issued(other["token"])
+        assert httpx2.get(page, headers={"Authorization": f"Bearer {other['token']}"}, timeout=10).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
