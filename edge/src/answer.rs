@@ -19,10 +19,20 @@ pub async fn answer(
     purpose: Option<String>,
     dialect: Option<String>,
 ) -> Result<Value, Error> {
-    let name = if llm.is_none() { "answer_question" } else { "prepare_answer" };
-    let call =
-        Call::new(name).arg("p_question", question).opt("p_purpose", purpose).opt("p_dialect", dialect);
-    answer_with(tx, llm, call).await
+    answer_with(tx, llm, question_call(llm.is_some(), question, purpose, dialect)).await
+}
+
+/// The database's part of answering `question`: the whole answer (`answer_question`), or, for an
+/// LLM to write, its preparation (`prepare_answer`). Without an LLM the answer is this one call,
+/// so a caller may run it as a single governed statement (the MCP tool does).
+pub fn question_call(
+    with_llm: bool,
+    question: String,
+    purpose: Option<String>,
+    dialect: Option<String>,
+) -> Call {
+    let name = if with_llm { "prepare_answer" } else { "answer_question" };
+    Call::new(name).arg("p_question", question).opt("p_purpose", purpose).opt("p_dialect", dialect)
 }
 
 /// `POST /v1/answer` under its envelope: the same loop, but the database reads the question from

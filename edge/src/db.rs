@@ -305,6 +305,7 @@ const AUTHENTICATE_EDGE: &str = "SELECT querylayer_api.authenticate_edge($1, $2,
 const SPEND_PEER_FAILURE: &str = "SELECT querylayer_api.spend_peer_failure($1, $2, $3)";
 const AUTHENTICATE_MEMBER: &str = "SELECT querylayer_api.authenticate_member($1)";
 const AUTHENTICATE_ENVELOPE: &str = "SELECT querylayer_api.authenticate_envelope($1, $2, $3, $4)";
+const TAKE_CONNECTION_TOKEN: &str = "SELECT querylayer_api.take_connection_token($1, $2)";
 const OPEN_TOOL_CALL: &str = "SELECT querylayer_api.open_tool_call($1, $2, $3, $4, $5, $6)";
 const FINISH_TOOL_CALL: &str = "SELECT $1::jsonb ? 'replay', querylayer_api.finish_tool_call($1, $2, $3)";
 const RECORD_REFUSED_TOOL_CALL: &str = "SELECT querylayer_api.record_refused_tool_call($1, $2, $3, $4)";
@@ -778,8 +779,8 @@ impl Db {
     }
 
     /// A governed `/v1` request: BEGIN; authenticate_envelope (header, method, exact path,
-    /// SHA-256 of the exact body); when the database allows it, `steps` as the bound
-    /// connection inside a savepoint; COMMIT. The receipt (and a v2 envelope's spent nonce) is
+    /// SHA-256 of the exact body); when the database allows it, one savepoint holding the
+    /// connection's rate token and then `steps` as the bound connection; COMMIT. The receipt (and a v2 envelope's spent nonce) is
     /// committed whatever happens next: every decision is recorded, and an envelope whose
     /// request failed cannot be replayed. A refusal of `steps` rolls back to the savepoint and
     /// is the caller's error. `admit` sees the allowed receipt (its `context.connection_id` is the
@@ -806,26 +807,18 @@ impl Db {
             tx.commit().await?;
             return Err(refusal);
         }
-        // The connection's rate, the one every edge shares; refused, the receipt stays.
+        // In one savepoint: the connection's rate, the one every edge shares, then the steps.
+        // Either refused, the savepoint is rolled back and the receipt stays.
         let connection = receipt["context"]["connection_id"].as_str().and_then(|id| id.parse::<Uuid>().ok());
-        let rated = tx.savepoint("rate").await?;
-        let token = rated
-            .execute(
-                "SELECT querylayer_api.take_connection_token($1, $2)",
-                &[&self.limits.rate, &self.limits.burst],
-            )
-            .await;
-        match token {
-            Ok(_) => rated.commit().await?,
-            Err(e) => {
-                rated.rollback().await?;
-                tx.commit().await?;
-                let refusal = Error::from(e);
-                self.remember_refusal(connection, &refusal);
-                return Err(refusal);
-            }
-        }
         let savepoint = tx.savepoint("governed_steps").await?;
+        let rate = savepoint.prepare_cached(TAKE_CONNECTION_TOKEN).await?;
+        if let Err(e) = savepoint.execute(&rate, &[&self.limits.rate, &self.limits.burst]).await {
+            savepoint.rollback().await?;
+            tx.commit().await?;
+            let refusal = Error::from(e);
+            self.remember_refusal(connection, &refusal);
+            return Err(refusal);
+        }
         let outcome = match steps(&savepoint).await {
             Ok(value) => savepoint.commit().await.map(|()| value).map_err(Error::from),
             Err(error) => {

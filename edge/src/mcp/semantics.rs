@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::output::Json;
 use super::QueryLayerMcp;
-use crate::answer::answer;
+use crate::answer::{answer, question_call};
 use crate::db::Call;
 
 /// Text to search the site's current semantic model for.
@@ -343,9 +343,13 @@ impl QueryLayerMcp {
         Parameters(p): Parameters<AnswerParams>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<Json<SignedAnswer>, CallToolResult> {
-        let llm = self.llm.clone();
+        let Some(llm) = self.llm.clone() else {
+            // Without an LLM the answer is one governed call: one statement, as any other tool.
+            let call = question_call(false, p.question, p.purpose, p.dialect);
+            return self.call(&ctx, call.idempotent(p.idempotency_key)).await;
+        };
         self.steps(&ctx, p.idempotency_key, async move |tx| {
-            answer(tx, llm.as_ref(), p.question, p.purpose, p.dialect).await
+            answer(tx, Some(&llm), p.question, p.purpose, p.dialect).await
         })
         .await
     }

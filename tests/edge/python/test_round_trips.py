@@ -23,6 +23,8 @@ import pytest
 from harness import BIN, EDGE_DB_URL, SECRETS, admin, issued, mint, raw_post, superuser_sql
 
 LOGS = pathlib.Path(SECRETS).parent
+DEMO_QUESTION = json.loads((pathlib.Path(__file__).resolve().parents[3] / "semantics" / "testdata"
+                            / "reference_demo_answer.json").read_text())["question"]
 
 
 def free_port() -> int:
@@ -67,17 +69,22 @@ def call(url: str, secret: str, tool: str, arguments: dict) -> dict:
     return response.json()["result"]
 
 
-def tool_calls(path: pathlib.Path, connection_id: str) -> list[dict]:
-    """The edge's `tool call` log lines of one connection, in order."""
+def log_lines(path: pathlib.Path, message: str) -> list[dict]:
+    """The edge's log lines with this message, in order."""
     lines = []
     for line in path.read_text().splitlines():
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        if record.get("message") == "tool call" and record.get("connection_id") == connection_id:
+        if record.get("message") == message:
             lines.append(record)
     return lines
+
+
+def tool_calls(path: pathlib.Path, connection_id: str) -> list[dict]:
+    """The edge's `tool call` log lines of one connection, in order."""
+    return [r for r in log_lines(path, "tool call") if r.get("connection_id") == connection_id]
 
 
 def trips_of_call(path: pathlib.Path, connection_id: str, tool: str, n: int) -> int:
@@ -118,6 +125,14 @@ def test_a_tool_call_is_one_round_trip_and_a_refused_one_two(edge):
     assert replay["_meta"]["querylayer/idempotent-replay"] is True
     assert trips_of_call(path, connection_id, "querylayer_begin_run", 4) == 1
 
+    # The governed answer, without an LLM: one statement too (the search, the gates, the plans,
+    # the signed answer and its records, the audit row).
+    for _ in range(2):
+        result = call(url, secret, "answer_question", {"question": DEMO_QUESTION})
+        assert not result.get("isError"), result
+        assert result["structuredContent"]["answer"]
+    assert trips_of_call(path, connection_id, "answer_question", 2) == 1
+
     # A refused call: the statement, then the refusal's record in a statement of its own.
     missing = {"run_id": str(uuid.uuid4()), "outcome": "completed"}
     for _ in range(2):
@@ -132,7 +147,7 @@ def test_a_tool_call_is_one_round_trip_and_a_refused_one_two(edge):
         "FROM querylayer.audit_events WHERE action = 'tool.call' "
         f"AND connection_id = '{connection_id}' ORDER BY id").splitlines()
     assert rows == (["querylayer_list_content ok -"] * 2 + ["querylayer_begin_run ok -"] * 4
-                    + ["querylayer_finish_run error not_found"] * 2), rows
+                    + ["answer_question ok -"] * 2 + ["querylayer_finish_run error not_found"] * 2), rows
 
 
 def test_a_revoked_connection_is_refused_at_its_next_call_with_the_401(edge):
@@ -160,14 +175,7 @@ def delivery_trips(path: pathlib.Path, n: int) -> list[dict]:
     """The edge's last `n` request lines of the delivery API, in order, once they have reached
     the log (the edge batches its log lines)."""
     for _ in range(100):
-        lines = []
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("message") == "request" and record.get("path", "").startswith("/delivery/v1/"):
-                lines.append(record)
+        lines = [r for r in log_lines(path, "request") if r.get("path", "").startswith("/delivery/v1/")]
         if len(lines) >= n:
             return lines[-n:]
         time.sleep(0.05)
