@@ -216,10 +216,12 @@ pub(crate) async fn run_calls(
         Ok(tx) => tx,
         Err(e) => return (None, Err(e.into())),
     };
-    let me: Value = match tx
-        .query_one("SELECT querylayer_api.authenticate_session($1, $2)", &[&fingerprint.as_bytes(), &csrf])
-        .await
-    {
+    // Prepared once per pooled connection, not at every page.
+    let authenticate = match tx.prepare_cached("SELECT querylayer_api.authenticate_session($1, $2)").await {
+        Ok(statement) => statement,
+        Err(e) => return (None, Err(e.into())),
+    };
+    let me: Value = match tx.query_one(&authenticate, &[&fingerprint.as_bytes(), &csrf]).await {
         Ok(row) => row.get(0),
         Err(e) => return (None, Err(e.into())),
     };
