@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::auth::bearer;
 use crate::body::{MalformedBody, RequestDigest};
 use crate::bulkhead::Access;
-use crate::db::{Answered, Call, Fingerprint, Idempotency, MemberContext};
+use crate::db::{Answered, Call, Fingerprint, Idempotency, MemberContext, RoundTrips};
 use crate::error::{Code, Error};
 use crate::state::AppState;
 
@@ -168,6 +168,8 @@ pub struct Member {
     /// token holds, like any malformed input.
     idempotency: Result<Option<Idempotency>, Error>,
     replayed: AtomicBool,
+    /// The request's database round trips, on its `request` log line.
+    trips: RoundTrips,
 }
 
 /// The header that makes a console write safe to retry.
@@ -217,18 +219,36 @@ impl FromRequestParts<AppState> for Member {
             access,
             idempotency: idempotency(parts),
             replayed: AtomicBool::new(false),
+            trips: RoundTrips::default(),
         })
     }
 }
 
 impl Member {
-    /// The site's permit (when this edge has seen the token before); BEGIN; authenticate_member;
-    /// rate limit; the call (or none: the member's own context), under its idempotency key; COMMIT.
+    /// The site's permit (when this edge has seen the token before); then, for a call without
+    /// an idempotency key of a token this edge has seen, its rate token and one statement
+    /// (`Db::member_call`); otherwise BEGIN; authenticate_member; rate limit; the call (or
+    /// none: the member's own context), under its idempotency key; COMMIT. A token's first
+    /// request takes the transaction, so its rate is taken before anything is written.
     async fn act(&self, state: &AppState, call: Option<&Call>) -> Result<Value, Error> {
-        let _permit = match state.sites.site_of(self.fingerprint.as_bytes()) {
-            Some(site) => Some(state.sites.acquire(&site, self.access).await?),
+        let known = state.sites.known(self.fingerprint.as_bytes());
+        let _permit = match &known {
+            Some(k) => Some(state.sites.acquire(&k.site, self.access).await?),
             None => None,
         };
+        let db = state.db.counting(&self.trips);
+        if let (Some(rate_key), Some(call), Ok(None)) =
+            (known.and_then(|k| k.rate_key), call, &self.idempotency)
+        {
+            let result = match state.limiter.check(rate_key) {
+                Ok(()) => db.member_call(&self.fingerprint, call).await,
+                Err(retry) => Err(Error::rate_limited(retry)),
+            };
+            if let Err(e) = &result {
+                e.log(call.function());
+            }
+            return result;
+        }
         let limiter = state.limiter.clone();
         let sites = state.sites.clone();
         let fingerprint = self.fingerprint.clone();
@@ -240,7 +260,7 @@ impl Member {
             (Ok(Some(idem)), Some(_)) => Some(idem),
             _ => None,
         };
-        let result = state.db.call_as_member(&self.fingerprint, check, call, idem).await;
+        let result = db.call_as_member(&self.fingerprint, check, call, idem).await;
         if let Err(e) = &result {
             e.log(call.map(Call::function).unwrap_or("authenticate_member"));
         }
@@ -258,6 +278,7 @@ impl Member {
         if self.replayed.load(Ordering::Relaxed) {
             response.headers_mut().insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
         }
+        response.extensions_mut().insert(self.trips.clone());
         response
     }
 

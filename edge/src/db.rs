@@ -173,6 +173,13 @@ impl Call {
         format!("SELECT CASE WHEN o THEN {value} END FROM querylayer_api.open_replica_read($1, $2, $3::text::pg_lsn) AS o")
     }
 
+    /// The one statement of a console request of a member token the edge has seen
+    /// (edge/src/console.rs), its own transaction: `authenticate_member` ($1 the token's
+    /// fingerprint) holds the member's context, then the call. The call's arguments follow.
+    pub fn member_sql(&self) -> String {
+        format!("SELECT to_jsonb({}) FROM querylayer_api.authenticate_member($1) AS a", self.invocation(2))
+    }
+
     /// The one statement of a delivery request (edge/src/delivery.rs), its own transaction, made
     /// read-only before anything else runs: `set_config` in the argument list (evaluated before
     /// the call) does what `SET TRANSACTION READ ONLY` does, and once the transaction has run a
@@ -281,24 +288,6 @@ pub enum Answered {
 
 const CLAIM_KEY: &str = "SELECT querylayer_api.claim_idempotency_key($1, $2, $3)";
 const STORE_RESPONSE: &str = "SELECT querylayer_api.store_idempotent_response($1, $2)";
-
-/// Claims the key in `tx`: Some(stored answer) when the call already committed under it.
-async fn claim(tx: &deadpool_postgres::Transaction<'_>, idem: &Idempotency) -> Result<Option<Value>, Error> {
-    let statement = tx.prepare_cached(CLAIM_KEY).await?;
-    let row = tx.query_one(&statement, &[&idem.key, &idem.action, &idem.request_sha256.as_slice()]).await?;
-    let claimed: Option<Value> = row.get(0);
-    Ok(claimed.map(|c| c.get("response").cloned().unwrap_or(Value::Null)))
-}
-
-async fn store(
-    tx: &deadpool_postgres::Transaction<'_>,
-    idem: &Idempotency,
-    value: &Value,
-) -> Result<(), Error> {
-    let statement = tx.prepare_cached(STORE_RESPONSE).await?;
-    tx.execute(&statement, &[&idem.key, value]).await?;
-    Ok(())
-}
 
 const AUTHENTICATE: &str = "SELECT querylayer_api.authenticate($1)";
 const AUTHENTICATE_EDGE: &str = "SELECT querylayer_api.authenticate_edge($1, $2, $3, $4, $5, $6)";
@@ -830,6 +819,60 @@ impl Db {
         outcome.map(|value| EnvelopeOutcome::Allowed { receipt, value })
     }
 
+    /// Claims the key in `tx`: Some(stored answer) when the call already committed under it.
+    async fn claim(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        idem: &Idempotency,
+    ) -> Result<Option<Value>, Error> {
+        let statement = self.prepare(&tx.statement_cache, tx, CLAIM_KEY).await?;
+        self.trip();
+        let row =
+            tx.query_one(&statement, &[&idem.key, &idem.action, &idem.request_sha256.as_slice()]).await?;
+        let claimed: Option<Value> = row.get(0);
+        Ok(claimed.map(|c| c.get("response").cloned().unwrap_or(Value::Null)))
+    }
+
+    async fn store(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        idem: &Idempotency,
+        value: &Value,
+    ) -> Result<(), Error> {
+        let statement = self.prepare(&tx.statement_cache, tx, STORE_RESPONSE).await?;
+        self.trip();
+        tx.execute(&statement, &[&idem.key, value]).await?;
+        Ok(())
+    }
+
+    /// `call` in `tx`, counted: its prepare the first time, then its statement.
+    async fn run_in(&self, tx: &deadpool_postgres::Transaction<'_>, call: &Call) -> Result<Value, Error> {
+        let statement = self.prepare(&tx.statement_cache, tx, &call.sql()).await?;
+        let row = self.query_call(tx.client(), &statement, Vec::new(), call).await?;
+        Ok(row.try_get::<_, Option<Value>>(0)?.unwrap_or(Value::Null))
+    }
+
+    /// A console request of a member token this edge has authenticated before, without an
+    /// idempotency key: one statement in autocommit (`Call::member_sql`), authenticate_member
+    /// then the call, so one round trip once the connection has prepared it. A dead token is
+    /// recorded as `call_as_member` records it.
+    pub async fn member_call(&self, fingerprint: &Fingerprint, call: &Call) -> Result<Value, Error> {
+        let outcome = async {
+            let client = self.client().await?;
+            let statement = self.prepare(&client.statement_cache, &client, &call.member_sql()).await?;
+            let presented = fingerprint.as_bytes();
+            let row = self.query_call(&client, &statement, vec![&presented], call).await?;
+            Ok::<_, Error>(row.try_get::<_, Option<Value>>(0)?.unwrap_or(Value::Null))
+        }
+        .await;
+        if let Err(e) = &outcome {
+            if e.code == Code::Unauthenticated {
+                self.record_failed_member_authentication(fingerprint, "console").await;
+            }
+        }
+        outcome
+    }
+
     /// One console request as a member: BEGIN; authenticate_member; `check`; the call; COMMIT.
     /// `call` None returns the member's own context (who am I).
     pub async fn call_as_member(
@@ -841,8 +884,10 @@ impl Db {
     ) -> Result<(Value, Answered), Error> {
         let mut client = self.client().await?;
         let outcome = async {
+            self.trip();
             let tx = client.transaction().await?;
-            let auth = tx.prepare_cached(AUTHENTICATE_MEMBER).await?;
+            let auth = self.prepare(&tx.statement_cache, &tx, AUTHENTICATE_MEMBER).await?;
+            self.trip();
             let row = tx
                 .query_one(&auth, &[&fingerprint.as_bytes()])
                 .await
@@ -851,20 +896,21 @@ impl Db {
             let member: MemberContext = parse(context.clone())?;
             check(&member)?;
             let earlier = match (call, idem) {
-                (Some(_), Some(idem)) => claim(&tx, idem).await?,
+                (Some(_), Some(idem)) => self.claim(&tx, idem).await?,
                 _ => None,
             };
             let (value, answered) = match (call, earlier) {
                 (_, Some(value)) => (value, Answered::Before),
                 (Some(call), None) => {
-                    let value = call.run(&tx).await?;
+                    let value = self.run_in(&tx, call).await?;
                     if let Some(idem) = idem {
-                        store(&tx, idem, &value).await?;
+                        self.store(&tx, idem, &value).await?;
                     }
                     (value, Answered::Now)
                 }
                 (None, None) => (context, Answered::Now),
             };
+            self.trip();
             tx.commit().await?;
             Ok::<_, MemberRefusal>((value, answered))
         }

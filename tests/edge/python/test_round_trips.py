@@ -4,7 +4,7 @@ logs them with the tool call (`db_round_trips`). A tool call of a connection thi
 seen is one round trip, read or write; a refused call is two (the call, then the record of its
 refusal in a statement of its own); and every one of them is in the audit trail. A delivery
 request is one round trip too (the `request` line carries its count), and a delivery token over
-its rate is refused before any.
+its rate is refused before any; so is a console request of a member token the edge has seen.
 
 Its own edge, with a pool of one connection, so that each statement shape is prepared once and
 the counts that follow are exact."""
@@ -20,7 +20,7 @@ import uuid
 import httpx2
 import pytest
 
-from harness import BIN, EDGE_DB_URL, SECRETS, admin, issued, mint, raw_post, superuser_sql
+from harness import BIN, EDGE_DB_URL, SECRETS, admin, issued, member_token, mint, raw_post, superuser_sql
 
 LOGS = pathlib.Path(SECRETS).parent
 DEMO_QUESTION = json.loads((pathlib.Path(__file__).resolve().parents[3] / "semantics" / "testdata"
@@ -171,15 +171,19 @@ def test_a_revoked_connection_is_refused_at_its_next_call_with_the_401(edge):
     assert int(failed) >= 1
 
 
-def delivery_trips(path: pathlib.Path, n: int) -> list[dict]:
-    """The edge's last `n` request lines of the delivery API, in order, once they have reached
+def request_lines(path: pathlib.Path, prefix: str, n: int) -> list[dict]:
+    """The edge's last `n` request lines of paths under `prefix`, in order, once they have reached
     the log (the edge batches its log lines)."""
     for _ in range(100):
-        lines = [r for r in log_lines(path, "request") if r.get("path", "").startswith("/delivery/v1/")]
+        lines = [r for r in log_lines(path, "request") if r.get("path", "").startswith(prefix)]
         if len(lines) >= n:
             return lines[-n:]
         time.sleep(0.05)
-    raise AssertionError(f"fewer than {n} delivery request lines")
+    raise AssertionError(f"fewer than {n} request lines under {prefix}")
+
+
+def delivery_trips(path: pathlib.Path, n: int) -> list[dict]:
+    return request_lines(path, "/delivery/v1/", n)
 
 
 def test_a_delivery_request_is_one_round_trip(edge):
@@ -234,3 +238,28 @@ def test_a_delivery_token_over_its_rate_is_refused_before_the_database():
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_a_console_request_of_a_token_the_edge_has_seen_is_one_round_trip(edge):
+    url, path = edge
+    token = member_token()
+    auth = {"Authorization": f"Bearer {token}"}
+    for _ in range(3):
+        response = httpx2.get(f"{url}/api/console/proposals", headers=auth, timeout=10)
+        assert response.status_code == 200, response.text
+    # A write under an idempotency key keeps its transaction: BEGIN, the authentication, the
+    # key's claim, the call, the answer stored under the key, COMMIT (each shape prepared once).
+    body = {"name": f"rt {uuid.uuid4().hex[:8]}", "expires_in": "1 hour"}
+    created = httpx2.post(f"{url}/api/console/delivery/tokens", json=body,
+                          headers={"Idempotency-Key": str(uuid.uuid4()), **auth}, timeout=10)
+    assert created.status_code == 201, created.text
+    issued(created.json()["token"])
+    # The same write without a key, of the token now seen: one statement.
+    again = httpx2.post(f"{url}/api/console/delivery/tokens", json={**body, "name": body["name"] + "b"},
+                        headers=auth, timeout=10)
+    assert again.status_code == 201, again.text
+    issued(again.json()["token"])
+    # The first request of the token: BEGIN, the authentication (prepared), the call (prepared),
+    # COMMIT. Then the one statement: prepared once, then one round trip.
+    trips = [(r["method"], r["status"], r["db_round_trips"]) for r in request_lines(path, "/api/console/", 5)]
+    assert trips == [("GET", 200, 6), ("GET", 200, 2), ("GET", 200, 1), ("POST", 201, 9), ("POST", 201, 2)], trips
