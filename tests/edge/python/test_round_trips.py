@@ -10,56 +10,23 @@ Its own edge, with a pool of one connection, so that each statement shape is pre
 the counts that follow are exact."""
 
 import json
-import os
 import pathlib
-import socket
-import subprocess
 import time
 import uuid
 
 import httpx2
 import pytest
 
-from harness import BIN, EDGE_DB_URL, SECRETS, admin, issued, member_token, mint, raw_post, superuser_sql
+from harness import admin, issued, member_token, mint, raw_post, serve, superuser_sql
 
-LOGS = pathlib.Path(SECRETS).parent
 DEMO_QUESTION = json.loads((pathlib.Path(__file__).resolve().parents[3] / "semantics" / "testdata"
                             / "reference_demo_answer.json").read_text())["question"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(name: str, *flags: str):
-    """An edge of this test's own, logging to `<name>.log`: (process, url, log path)."""
-    port = free_port()
-    path = LOGS / f"{name}.log"
-    log = open(path, "w")
-    proc = subprocess.Popen(
-        [BIN, "--log-format", "json", "serve", "--port", str(port), *flags],
-        env={**os.environ, "DATABASE_URL": EDGE_DB_URL}, stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx2.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, url, path
-        except Exception:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"the edge did not start; see {path}")
-
-
 @pytest.fixture(scope="module")
 def edge():
-    proc, url, path = serve("edge-round-trips", "--rate-limit", "0", "--db-pool-size", "1")
-    yield url, path
-    proc.terminate()
-    proc.wait(timeout=20)
+    with serve("edge-round-trips", "--rate-limit", "0", "--db-pool-size", "1") as (url, path):
+        yield url, path
 
 
 def call(url: str, secret: str, tool: str, arguments: dict) -> dict:
@@ -217,8 +184,7 @@ def test_a_delivery_request_is_one_round_trip(edge):
 
 
 def test_a_delivery_token_over_its_rate_is_refused_before_the_database():
-    proc, url, path = serve("edge-delivery-rate", "--rate-limit", "0.01", "--rate-burst", "2")
-    try:
+    with serve("edge-delivery-rate", "--rate-limit", "0.01", "--rate-burst", "2") as (url, path):
         created = admin("create-delivery-token", "--site", "demo", "--name", f"rate {uuid.uuid4().hex[:8]}",
                         "--expires-in", "1 hour")
         issued(created["token"])
@@ -235,9 +201,6 @@ def test_a_delivery_token_over_its_rate_is_refused_before_the_database():
                       "--expires-in", "1 hour")
         issued(other["token"])
         assert httpx2.get(page, headers={"Authorization": f"Bearer {other['token']}"}, timeout=10).status_code == 200
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_a_console_request_of_a_token_the_edge_has_seen_is_one_round_trip(edge):
