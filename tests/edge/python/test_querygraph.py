@@ -12,10 +12,8 @@ import hashlib
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import threading
-import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,14 +26,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from querygraph.api_auth import governed_post, mint_envelope_header
 from querygraph.typedid import TypeDidAgent, TypeDidEnvelope
 
-from harness import (ALL_SCOPES, BIN, EDGE_DB_URL, SECRETS, admin, issued, mcp, member_token, mint, peer, structured,
-                     superuser_sql, tier_flags)
+from harness import (ALL_SCOPES, BIN, EDGE_DB_URL, admin, issued, mcp, member_token, mint, peer, serve, structured,
+                     superuser_sql)
 from querylayer_client import Key, prove_did_binding
 from querylayer_client import mint_envelope_header as mint_v2
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 VENDOR = ROOT / "tests" / "fixtures" / "vendor"
-LOGS = pathlib.Path(SECRETS).parent
 # QueryGraph's own answer to the demo question, recorded from the reference (semantics/testdata):
 # the governed answer gives the same plans, denials and text.
 REFERENCE = json.loads((ROOT / "semantics" / "testdata" / "reference_demo_answer.json").read_text())
@@ -45,37 +42,15 @@ DEMO_PLANS = [p["sql"] for p in REFERENCE["plans"]]
 DEMO_ANSWER = REFERENCE["answer"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_edge(name: str, *flags: str, rate_limit: str = "0"):
-    port = free_port()
-    log = open(LOGS / f"{name}.log", "w")
-    proc = subprocess.Popen(
-        [BIN, "--log-format", "json", "serve", "--port", str(port), "--rate-limit", rate_limit, *tier_flags(flags)],
-        env={**os.environ, "DATABASE_URL": EDGE_DB_URL}, stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if httpx2.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, url
-        except Exception:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"the {name} edge did not start; see {log.name}")
+    """An edge of the test's own (harness.serve), rate-limited at `rate_limit` a second."""
+    return serve(name, "--rate-limit", rate_limit, *flags)
 
 
 @pytest.fixture(scope="module")
 def governed_edge():
-    proc, url = start_edge("edge-v1", "--require-auth")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    with start_edge("edge-v1", "--require-auth") as (url, _):
+        yield url
 
 
 class FakeLlm(BaseHTTPRequestHandler):
@@ -102,11 +77,9 @@ class FakeLlm(BaseHTTPRequestHandler):
 def llm_edge():
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeLlm)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    proc, url = start_edge("edge-llm", "--llm-url", f"http://127.0.0.1:{server.server_port}",
-                           "--llm-model", "test-model")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    with start_edge("edge-llm", "--llm-url", f"http://127.0.0.1:{server.server_port}",
+                    "--llm-model", "test-model") as (url, _):
+        yield url
     server.shutdown()
 
 
@@ -264,8 +237,7 @@ def test_every_decision_is_kept_and_a_failed_request_spends_its_nonce(governed_e
 
 
 def test_the_v1_rate_limit_is_keyed_on_the_verified_connection_not_the_claimed_sender():
-    proc, url = start_edge("edge-v1-limit", "--require-auth", "--rate-burst", "2", rate_limit="0.2")
-    try:
+    with start_edge("edge-v1-limit", "--require-auth", "--rate-burst", "2", rate_limit="0.2") as (url, _):
         key = Key.from_seed(f"limited-{uuid.uuid4().hex}")
         bind(key)
         body = json.dumps({"question": "budget headroom"})
@@ -286,18 +258,13 @@ def test_the_v1_rate_limit_is_keyed_on_the_verified_connection_not_the_claimed_s
         assert int(third.headers["retry-after"]) >= 1
         # The over-limit request was still a decision: its receipt is kept.
         assert [allowed for allowed, _ in receipts_of(key.did)] == [False] * 5 + [True] * 3
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_an_address_over_its_failed_authentication_budget_waits_before_any_database_work():
-    proc, url = start_edge("edge-auth-budget", "--require-auth", "--auth-failure-burst", "3",
-                           "--auth-failure-rate", "0.1")
     tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     headers = {"accept": "application/json, text/event-stream", "authorization": "Bearer qlc_not_a_secret"}
-    client = peer("127.0.0.3")
-    try:
+    with start_edge("edge-auth-budget", "--require-auth", "--auth-failure-burst", "3",
+                    "--auth-failure-rate", "0.1") as (url, _), peer("127.0.0.3") as client:
         assert [client.post(f"{url}/mcp", json=tools_list, headers=headers).status_code for _ in range(3)] == [401] * 3
         refused = client.post(f"{url}/mcp", json=tools_list, headers=headers)
         assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limited"
@@ -312,10 +279,6 @@ def test_an_address_over_its_failed_authentication_budget_waits_before_any_datab
         # Another address has a budget of its own.
         with peer("127.0.0.4") as other:
             assert other.post(f"{url}/mcp", json=tools_list, headers=headers).status_code == 401
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_governed_post_answers_the_demo_question(governed_edge):
