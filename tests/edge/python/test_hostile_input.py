@@ -33,10 +33,8 @@ path_ids = st.text(alphabet=st.characters(whitelist_categories=("L", "N", "P", "
 @pytest.fixture(scope="module")
 def edge():
     """An edge of its own, without rate limits, so every example reaches the database."""
-    proc, url = start_edge("edge-hostile", "--require-auth", "--auth-failure-rate", "0")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    with start_edge("edge-hostile", "--require-auth", "--auth-failure-rate", "0") as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")
