@@ -225,25 +225,23 @@ impl FromRequestParts<AppState> for Member {
 }
 
 impl Member {
-    /// The site's permit (when this edge has seen the token before); then, for a call without
-    /// an idempotency key of a token this edge has seen, its rate token and one statement
-    /// (`Db::member_call`); otherwise BEGIN; authenticate_member; rate limit; the call (or
-    /// none: the member's own context), under its idempotency key; COMMIT. A token's first
-    /// request takes the transaction, so its rate is taken before anything is written.
+    /// The site's permit and the token's rate when this edge has seen the token before
+    /// (`AppState::admit`); then, for a call without an idempotency key, one statement
+    /// (`Db::member_call`); otherwise BEGIN; authenticate_member; the rate of a token not seen
+    /// before; the call (or none: the member's own context), under its idempotency key; COMMIT.
+    /// A token's first request takes the transaction, so its rate is taken before anything is
+    /// written.
     async fn act(&self, state: &AppState, call: Option<&Call>) -> Result<Value, Error> {
-        let known = state.sites.known(self.fingerprint.as_bytes());
-        let _permit = match &known {
-            Some(k) => Some(state.sites.acquire(&k.site, self.access).await?),
-            None => None,
+        let admitted = match state.admit(self.fingerprint.as_bytes(), self.access).await {
+            Ok(admitted) => admitted,
+            Err(e) => {
+                e.log(call.map(Call::function).unwrap_or("authenticate_member"));
+                return Err(e);
+            }
         };
         let db = state.db.counting(&self.trips);
-        if let (Some(rate_key), Some(call), Ok(None)) =
-            (known.and_then(|k| k.rate_key), call, &self.idempotency)
-        {
-            let result = match state.limiter.check(rate_key) {
-                Ok(()) => db.member_call(&self.fingerprint, call).await,
-                Err(retry) => Err(Error::rate_limited(retry)),
-            };
+        if let (true, Some(call), Ok(None)) = (admitted.rated, call, &self.idempotency) {
+            let result = db.member_call(&self.fingerprint, call).await;
             if let Err(e) = &result {
                 e.log(call.function());
             }
@@ -252,9 +250,13 @@ impl Member {
         let limiter = state.limiter.clone();
         let sites = state.sites.clone();
         let fingerprint = self.fingerprint.clone();
+        let rated = admitted.rated;
         let check = move |m: &MemberContext| {
             sites.remember(fingerprint.as_bytes(), &m.site, Some(m.member_token_id));
-            limiter.check(m.member_token_id).map_err(Error::rate_limited)
+            match rated {
+                true => Ok(()),
+                false => limiter.check(m.member_token_id).map_err(Error::rate_limited),
+            }
         };
         let idem = match (&self.idempotency, call) {
             (Ok(Some(idem)), Some(_)) => Some(idem),

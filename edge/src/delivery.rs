@@ -61,28 +61,19 @@ async fn item(
 /// (`Db::deliver`). Then the conditional answer.
 async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) -> Response {
     let token = bearer(headers).map(Fingerprint::of);
-    // What this edge learned when it last served the token (or the public site): the site's
-    // share of the pool and the token's rate are taken before the database is asked. A site is
-    // never given permits on the word of an unauthenticated request.
+    // The site's share of the pool and the token's rate, before the database is asked, once
+    // this edge has served the token (or the public site): `AppState::admit`.
     let presented = token.clone().unwrap_or_else(|| Fingerprint::of(&format!("public delivery: {site}")));
-    let known = state.sites.known(presented.as_bytes());
     let trips = RoundTrips::default();
     let db = state.db.counting(&trips);
     let result = async {
-        let _permit = match &known {
-            Some(k) => Some(state.sites.acquire(&k.site, Access::Read).await?),
-            None => None,
-        };
-        let taken = match known.as_ref().and_then(|k| k.rate_key) {
-            Some(id) => Some(state.limiter.check(id).map_err(Error::rate_limited)?),
-            None => None,
-        };
+        let admitted = state.admit(presented.as_bytes(), Access::Read).await?;
         let (auth, value) = db.deliver(site, token.as_ref(), &call).await?;
         let id = auth["delivery_token_id"].as_str().and_then(|s| s.parse::<uuid::Uuid>().ok());
         state.sites.remember(presented.as_bytes(), auth["site"].as_str().unwrap_or(site), id);
         // A token this edge had not served: its rate's token is taken now, before the answer
         // leaves. (A new bucket starts full, so this refuses only a token the edge forgot.)
-        if let (None, Some(id)) = (taken, id) {
+        if let (false, Some(id)) = (admitted.rated, id) {
             state.limiter.check(id).map_err(Error::rate_limited)?;
         }
         Ok::<_, Error>(value)

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use axum::extract::FromRef;
 
-use crate::bulkhead::SiteLimits;
+use crate::bulkhead::{Access, SiteLimits};
 use crate::client_documents::ClientDocuments;
 use crate::config::HttpConfig;
 use crate::db::Db;
+use crate::error::Error;
 use crate::health::Readiness;
 use crate::rate::{Holds, RateLimiter, SharedLimits};
 use crate::replica::Replica;
@@ -69,6 +70,37 @@ impl AppState {
     pub fn with_replica(mut self, replica: Arc<Replica>) -> Self {
         Arc::make_mut(&mut self.0).replica = Some(replica);
         self
+    }
+}
+
+/// What `AppState::admit` took for a request with a credential.
+pub struct Admitted {
+    /// The site's permit, held for the request.
+    pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Whether the credential's rate token is taken: the edge had its id.
+    pub rated: bool,
+}
+
+impl AppState {
+    /// For a credential (its fingerprint) this edge has authenticated before: its site's permit
+    /// (`access`) and its rate token (member tokens, sessions, delivery tokens: by the id
+    /// learned then), both before the database is asked. Nothing for one it has not seen: a site
+    /// is never given permits on the word of an unauthenticated request, and its rate is taken
+    /// once the database has said whose it is (`rated` false).
+    pub async fn admit(&self, fingerprint: &[u8], access: Access) -> Result<Admitted, Error> {
+        let known = self.sites.known(fingerprint);
+        let permit = match &known {
+            Some(k) => Some(self.sites.acquire(&k.site, access).await?),
+            None => None,
+        };
+        let rated = match known.and_then(|k| k.rate_key) {
+            Some(id) => {
+                self.limiter.check(id).map_err(Error::rate_limited)?;
+                true
+            }
+            None => false,
+        };
+        Ok(Admitted { permit, rated })
     }
 }
 
