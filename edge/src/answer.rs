@@ -35,16 +35,23 @@ pub fn question_call(
     Call::new(name).arg("p_question", question).opt("p_purpose", purpose).opt("p_dialect", dialect)
 }
 
-/// `POST /v1/answer` under its envelope: the same loop, but the database reads the question from
-/// the exact body the sender signed (`answer_signed_request`, `prepare_signed_answer`), so what
-/// runs is what was signed.
+/// `POST /v1/answer`'s call under its envelope: the database reads the question from the exact
+/// body the sender signed, so what runs is what was signed. Without an LLM it is the whole answer
+/// (`answer_signed_request`, one call, which `/v1` runs as one statement with its envelope);
+/// with one, its preparation (`prepare_signed_answer`).
+pub fn signed_call(with_llm: bool, body: String) -> Call {
+    let name = if with_llm { "prepare_signed_answer" } else { "answer_signed_request" };
+    Call::new(name).arg("p_body", body)
+}
+
+/// `POST /v1/answer` with an LLM: the signed body's answer prepared, written by the model, then
+/// signed and recorded, inside the envelope's transaction.
 pub async fn answer_signed(
     tx: &deadpool_postgres::Transaction<'_>,
-    llm: Option<&crate::llm::Llm>,
+    llm: &crate::llm::Llm,
     body: String,
 ) -> Result<Value, Error> {
-    let name = if llm.is_none() { "answer_signed_request" } else { "prepare_signed_answer" };
-    answer_with(tx, llm, Call::new(name).arg("p_body", body)).await
+    answer_with(tx, Some(llm), signed_call(true, body)).await
 }
 
 /// Without an LLM, `call` is the deterministic answer and its result is the answer. With one,

@@ -194,6 +194,23 @@ impl Call {
         )
     }
 
+    /// The one statement of a governed `/v1` request (edge/src/v1.rs), its own transaction:
+    /// `authenticate_envelope` ($1 the header, $2 the method, $3 the exact path, $4 the SHA-256
+    /// of the exact body) decides and records the receipt and, when it allows, holds the bound
+    /// connection's context; then a token of that connection's rate ($5, $6), then the call.
+    /// The rate and the call run only for an allowed receipt (a `CASE` evaluates its conditions
+    /// in order, and the token's subquery only when reached). Its row: the receipt, and the
+    /// answer (none when refused). The call's arguments follow.
+    pub fn envelope_sql(&self) -> String {
+        debug_assert!(!self.returns_rows, "a /v1 route's call returns one value");
+        format!(
+            "SELECT a, CASE WHEN (a->>'allowed')::boolean IS NOT TRUE THEN NULL \
+             WHEN (SELECT true FROM querylayer_api.take_connection_token($5, $6)) THEN to_jsonb({}) END \
+             FROM querylayer_api.authenticate_envelope($1, $2, $3, $4) AS a",
+            self.invocation(7)
+        )
+    }
+
     fn params(&self) -> impl Iterator<Item = &(dyn ToSql + Sync)> {
         self.args.iter().map(|(_, _, p)| p.as_ref() as &(dyn ToSql + Sync))
     }
@@ -574,8 +591,9 @@ impl Db {
         let sql = format!("SELECT querylayer_api.{function}($1, $2)");
         let result = async {
             let client = self.client().await?;
+            let statement = self.prepare(&client.statement_cache, &client, &sql).await?;
             self.trip();
-            client.execute(&sql, &[&fingerprint.as_bytes(), &channel]).await?;
+            client.execute(&statement, &[&fingerprint.as_bytes(), &channel]).await?;
             Ok::<_, Error>(())
         }
         .await;
@@ -767,38 +785,94 @@ impl Db {
         }
     }
 
-    /// A governed `/v1` request: BEGIN; authenticate_envelope (header, method, exact path,
-    /// SHA-256 of the exact body); when the database allows it, one savepoint holding the
-    /// connection's rate token and then `steps` as the bound connection; COMMIT. The receipt (and a v2 envelope's spent nonce) is
-    /// committed whatever happens next: every decision is recorded, and an envelope whose
-    /// request failed cannot be replayed. A refusal of `steps` rolls back to the savepoint and
-    /// is the caller's error. `admit` sees the allowed receipt (its `context.connection_id` is the
-    /// verified connection) before `steps` run; refusing there keeps the receipt, as does the
-    /// connection's rate (a token taken in the database, keyed on the verified connection).
+    /// A governed `/v1` request whose route is one call (`call`; `Err`: a request the route
+    /// refuses once the envelope holds, such as a malformed body): one statement in autocommit
+    /// (`Call::envelope_sql`), so one round trip once the connection has prepared it. A refusal
+    /// there (the connection's rate, the call's own) rolls the whole statement back, the
+    /// receipt with it, so a second statement records the envelope's decision again
+    /// (`authenticate_envelope` alone): every decision is kept, and a v2 envelope whose request
+    /// failed has spent its nonce. The answer is what that recorded receipt says: the call's
+    /// refusal when it allows, the receipt's own refusal when it no longer does (an envelope
+    /// that went stale, or was replayed, in between).
+    pub async fn envelope_call(
+        &self,
+        envelope: &SignedRequestFacts<'_>,
+        call: Result<Call, Error>,
+    ) -> Result<EnvelopeOutcome, Error> {
+        let client = self.client().await?;
+        let SignedRequestFacts { header, method, path, body_sha256 } = *envelope;
+        let outcome = match call {
+            Ok(call) => {
+                let statement = self.prepare(&client.statement_cache, &client, &call.envelope_sql()).await?;
+                let (rate, burst) = (self.limits.rate, self.limits.burst);
+                let params: Vec<&(dyn ToSql + Sync)> =
+                    vec![&header, &method, &path, &body_sha256, &rate, &burst];
+                match self.query_call(&client, &statement, params, &call).await {
+                    Ok(row) => {
+                        let receipt: Value = row.try_get(0)?;
+                        if !allowed(&receipt) {
+                            return Ok(EnvelopeOutcome::Denied(receipt));
+                        }
+                        let value = row.try_get::<_, Option<Value>>(1)?.unwrap_or(Value::Null);
+                        return Ok(EnvelopeOutcome::Allowed { receipt, value });
+                    }
+                    // The statement never ran, or cannot be known to have: nothing to record.
+                    Err(e) if e.code == Code::Unavailable => return Err(e),
+                    Err(e) => e,
+                }
+            }
+            Err(refusal) => refusal,
+        };
+        let statement = self.prepare(&client.statement_cache, &client, AUTHENTICATE_ENVELOPE).await?;
+        self.trip();
+        let recorded = client.query_one(&statement, &[&header, &method, &path, &body_sha256]).await;
+        let receipt: Value = match recorded {
+            Ok(row) => row.try_get(0)?,
+            Err(e) => {
+                Error::from(e).log("recording a refused envelope's receipt");
+                return Err(outcome);
+            }
+        };
+        if !allowed(&receipt) {
+            return Ok(EnvelopeOutcome::Denied(receipt));
+        }
+        self.remember_refusal(connection_of(&receipt), &outcome);
+        Err(outcome)
+    }
+
+    /// A governed `/v1` request that takes several steps (an answer an LLM writes): BEGIN;
+    /// authenticate_envelope; when the database allows it, one savepoint holding the
+    /// connection's rate token and then `steps` as the bound connection; COMMIT. The receipt
+    /// (and a v2 envelope's spent nonce) is committed whatever happens next: every decision is
+    /// recorded, and an envelope whose request failed cannot be replayed. A refusal of `steps`
+    /// rolls back to the savepoint and is the caller's error; so is a connection whose rate the
+    /// database refused lately (`connection_held`), or refuses now (a token taken in the
+    /// database, keyed on the verified connection), and the receipt stays.
     pub async fn with_envelope(
         &self,
-        header: Option<&str>,
-        method: &str,
-        path: &str,
-        body_sha256: &[u8],
-        admit: impl FnOnce(&Value) -> Result<(), Error>,
+        envelope: &SignedRequestFacts<'_>,
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
     ) -> Result<EnvelopeOutcome, Error> {
+        let SignedRequestFacts { header, method, path, body_sha256 } = *envelope;
         let mut client = self.client().await?;
         let mut tx = client.transaction().await?;
         let auth = tx.prepare_cached(AUTHENTICATE_ENVELOPE).await?;
         let receipt: Value = tx.query_one(&auth, &[&header, &method, &path, &body_sha256]).await?.get(0);
-        if receipt.get("allowed").and_then(Value::as_bool) != Some(true) {
+        if !allowed(&receipt) {
             tx.commit().await?;
             return Ok(EnvelopeOutcome::Denied(receipt));
         }
-        if let Err(refusal) = admit(&receipt) {
+        let connection = connection_of(&receipt);
+        let Some(id) = connection else {
             tx.commit().await?;
-            return Err(refusal);
+            return Err(Error::internal("an allowed envelope receipt names no connection"));
+        };
+        if let Some(retry_after) = self.connection_held(&id) {
+            tx.commit().await?;
+            return Err(Error::rate_limited(retry_after));
         }
         // In one savepoint: the connection's rate, the one every edge shares, then the steps.
         // Either refused, the savepoint is rolled back and the receipt stays.
-        let connection = receipt["context"]["connection_id"].as_str().and_then(|id| id.parse::<Uuid>().ok());
         let savepoint = tx.savepoint("governed_steps").await?;
         let rate = savepoint.prepare_cached(TAKE_CONNECTION_TOKEN).await?;
         if let Err(e) = savepoint.execute(&rate, &[&self.limits.rate, &self.limits.burst]).await {
@@ -943,10 +1017,32 @@ fn closed<T: DeserializeOwned>(row: &tokio_postgres::Row) -> Result<(T, Answered
     Ok((value, if replayed { Answered::Before } else { Answered::Now }))
 }
 
-/// What `with_envelope` did: the database's receipt, and the result when it allowed the call.
+/// What a governed `/v1` request hands the database to decide on its envelope: the
+/// `x-qg-envelope` header (None when missing), the method, the exact path and the SHA-256 of the
+/// exact body.
+#[derive(Clone, Copy)]
+pub struct SignedRequestFacts<'a> {
+    pub header: Option<&'a str>,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub body_sha256: &'a [u8],
+}
+
+/// What `envelope_call` and `with_envelope` did: the database's receipt, and the result when it
+/// allowed the call.
 pub enum EnvelopeOutcome {
     Allowed { receipt: Value, value: Value },
     Denied(Value),
+}
+
+/// Whether an envelope's receipt allowed the request.
+fn allowed(receipt: &Value) -> bool {
+    receipt.get("allowed").and_then(Value::as_bool) == Some(true)
+}
+
+/// The connection an allowed receipt verified (`context.connection_id`).
+fn connection_of(receipt: &Value) -> Option<Uuid> {
+    receipt["context"]["connection_id"].as_str().and_then(|id| id.parse().ok())
 }
 
 /// A console request's refusal: at the member's authentication (recorded when the token is

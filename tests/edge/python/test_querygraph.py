@@ -77,7 +77,7 @@ class FakeLlm(BaseHTTPRequestHandler):
 def llm_edge():
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeLlm)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with start_edge("edge-llm", "--llm-url", f"http://127.0.0.1:{server.server_port}",
+    with start_edge("edge-llm", "--require-auth", "--llm-url", f"http://127.0.0.1:{server.server_port}",
                     "--llm-model", "test-model") as (url, _):
         yield url
     server.shutdown()
@@ -446,6 +446,28 @@ def test_an_llm_never_sees_the_restricted_source_and_governance_is_unchanged(llm
     assert written["plans"] == deterministic["plans"]
     assert written["denied_sources"] == deterministic["denied_sources"]
     assert TypeDidEnvelope.model_validate(written["envelope"]).verify_signature()
+
+
+def test_a_v1_answer_an_llm_writes_keeps_every_decision(llm_edge):
+    # With an LLM, /v1 keeps its transaction: the envelope's receipt, then the steps (prepare, the
+    # model's text, complete) in a savepoint, whatever they do.
+    key = Key.from_seed(f"llm-v1-{uuid.uuid4().hex}")
+    bind(key)
+    FakeLlm.seen.clear()
+
+    def send(body: str) -> httpx2.Response:
+        return httpx2.post(f"{llm_edge}/v1/answer", content=body, timeout=30, headers={
+            "x-qg-envelope": mint_v2(key, path="/v1/answer", body=body), "content-type": "application/json"})
+
+    written = send(json.dumps({"question": DEMO_QUESTION}))
+    assert written.status_code == 200, written.text
+    assert written.json()["synthesized_by"] == "openai-compatible:test-model"
+    assert TypeDidEnvelope.model_validate(written.json()["envelope"]).verify_signature()
+    assert len(FakeLlm.seen) == 1
+    malformed = send(json.dumps({"question": DEMO_QUESTION, "unknown": 1}))
+    assert malformed.status_code == 400 and "unknown" in malformed.json()["error"]["message"], malformed.text
+    assert len(FakeLlm.seen) == 1
+    assert receipts_of(key.did) == [(True, "/v1/answer"), (True, "/v1/answer")]
 
 
 def test_the_story_denies_the_restricted_broker_only():

@@ -170,13 +170,19 @@ def test_a_delivery_request_is_one_round_trip(edge):
         assert "items" in response.json()
     item = httpx2.get(f"{page}/no-such-item-{uuid.uuid4().hex[:8]}", headers=auth, timeout=10)
     assert item.status_code == 404, item.text
-    # A token that fails: the statement, then the failed authentication's record.
+    # A token that fails: the statement, then the failed authentication's record (its statement
+    # prepared once on the pool's connection).
     refused = httpx2.get(page, params={"limit": 5}, headers={"Authorization": "Bearer qld_not_a_token"},
                          timeout=10)
     assert refused.status_code == 401, refused.text
     lines = delivery_trips(path, 5)
-    # (The page's shape and the item's are each prepared once on the pool's one connection.)
-    assert [(r["status"], r["db_round_trips"]) for r in lines] == [(200, 2), (200, 1), (200, 1), (404, 2), (401, 2)], lines
+    # (The page's shape, the item's and the record's are each prepared once on the pool's one
+    # connection.)
+    assert [(r["status"], r["db_round_trips"]) for r in lines] == [(200, 2), (200, 1), (200, 1), (404, 2), (401, 3)], lines
+    again = httpx2.get(page, params={"limit": 5}, headers={"Authorization": "Bearer qld_not_a_token"},
+                       timeout=10)
+    assert again.status_code == 401, again.text
+    assert [(r["status"], r["db_round_trips"]) for r in delivery_trips(path, 6)][5] == (401, 2)
     failed = superuser_sql(
         "SELECT count(*) FROM querylayer.audit_events WHERE action = 'authenticate' AND outcome = 'denied' "
         "AND detail->>'channel' = 'delivery'")
@@ -226,3 +232,47 @@ def test_a_console_request_of_a_token_the_edge_has_seen_is_one_round_trip(edge):
     # COMMIT. Then the one statement: prepared once, then one round trip.
     trips = [(r["method"], r["status"], r["db_round_trips"]) for r in request_lines(path, "/api/console/", 5)]
     assert trips == [("GET", 200, 6), ("GET", 200, 2), ("GET", 200, 1), ("POST", 201, 9), ("POST", 201, 2)], trips
+
+
+def test_a_v1_answer_is_one_round_trip_and_every_decision_is_kept():
+    # Imported here: test_querygraph binds keys with their holders' proofs.
+    from querylayer_client import Key
+    from querylayer_client import mint_envelope_header as mint_v2
+    from test_querygraph import bind, receipts_of
+
+    with serve("edge-v1-round-trips", "--require-auth", "--rate-limit", "0.01", "--rate-burst", "3",
+               "--db-pool-size", "1") as (url, path):
+        key = Key.from_seed(f"round-trips-{uuid.uuid4().hex}")
+        connection_id = bind(key)["connection_id"]
+
+        def send(body: str, header: str | None = None) -> httpx2.Response:
+            header = header or mint_v2(key, path="/v1/answer", body=body)
+            return httpx2.post(f"{url}/v1/answer", content=body, timeout=30,
+                               headers={"x-qg-envelope": header, "content-type": "application/json"})
+
+        question = json.dumps({"question": DEMO_QUESTION})
+        first = send(question)
+        assert first.status_code == 200 and "envelope" in first.json(), first.text
+        header = mint_v2(key, path="/v1/answer", body=question)
+        assert send(question, header).status_code == 200
+        # The same v2 envelope again: refused by its receipt, in the same one statement.
+        replay = send(question, header)
+        assert replay.status_code == 401 and replay.json()["receipt"]["checks"]["nonceUnused"] is False
+        # A body the route refuses once the envelope holds: the envelope's decision alone.
+        malformed = send(json.dumps({"question": 5}))
+        assert malformed.status_code == 400 and malformed.json()["error"]["code"] == "invalid_argument"
+        assert send(question).status_code == 200
+        # Over the connection's burst of 3: the statement is refused whole, then the envelope's
+        # decision is recorded by a statement of its own.
+        limited = send(question)
+        assert limited.status_code == 429 and limited.json()["error"]["code"] == "rate_limited", limited.text
+        assert int(limited.headers["retry-after"]) >= 1
+
+        lines = request_lines(path, "/v1/", 6)
+        # (The answer's statement and the envelope's alone are each prepared once on the pool's
+        # one connection.)
+        assert [(r["status"], r["db_round_trips"]) for r in lines] == [
+            (200, 2), (200, 1), (401, 1), (400, 2), (200, 1), (429, 2)], lines
+        assert [allowed for allowed, _ in receipts_of(key.did)] == [True, True, False, True, True, True]
+        answers = superuser_sql(f"SELECT count(*) FROM querylayer.answers WHERE connection_id = '{connection_id}'")
+        assert int(answers) == 3
