@@ -116,8 +116,8 @@ install_extension() {
 DEMO_QUESTION="Where do fiscal capacity and energy burden overlap with health risk?"
 
 # The released version an upgrade starts from, and its commit.
-PREVIOUS_VERSION=0.11.0
-PREVIOUS_COMMIT=c042217
+PREVIOUS_VERSION=0.12.0
+PREVIOUS_COMMIT=d1825c4
 
 # The commit of each earlier release: the upgrade tier also upgrades each older one, through
 # every upgrade script in turn, to this version.
@@ -134,6 +134,7 @@ release_commit() {
         0.9.0) echo d6cbc72 ;;
         0.10.0) echo 75aceb3 ;;
         0.11.0) echo c042217 ;;
+        0.12.0) echo d1825c4 ;;
         *) echo "no release $1" >&2; return 1 ;;
     esac
 }

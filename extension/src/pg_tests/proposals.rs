@@ -253,6 +253,62 @@ mod tests {
         assert_eq!(archived_at(&content_id), None);
     }
 
+    /// `list_proposals` filters a state on the decision and execution rows, with `proposal_json`'s
+    /// rule written again: each state's page is exactly the proposals `proposal_json` puts in that
+    /// state, in the same order, and every branch of the rule is met.
+    #[pg_test]
+    fn each_state_lists_exactly_the_proposals_in_that_state() {
+        let site = content_site();
+        let (run_id, a, a_revision) = draft(&site.secret, "a");
+        let pending = request_publish(&run_id, &a, &a_revision);
+        let (run_id, b, b_revision) = draft(&site.secret, "b");
+        let applied = request_publish(&run_id, &b, &b_revision);
+        let (run_id, c, c_revision) = draft(&site.secret, "c");
+        let failed = request_publish(&run_id, &c, &c_revision);
+        redraft(&run_id, &c);
+        let (run_id, d, d_revision) = draft(&site.secret, "d");
+        let rejected = request_publish(&run_id, &d, &d_revision);
+        let approved = json(&format!(
+            "SELECT querylayer_api.create_proposal('{run_id}', 'revision',
+               '{{\"content_id\": \"{d}\", \"revision_id\": \"{d_revision}\"}}')"
+        ))["proposal_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        as_member(&site.owner_token);
+        for (proposal, decision) in
+            [(&applied, "approve"), (&failed, "approve"), (&rejected, "reject"), (&approved, "approve")]
+        {
+            Spi::run(&format!("SELECT querylayer_api.decide_proposal('{proposal}', '{decision}')")).unwrap();
+        }
+        let page = |state: &str| -> Vec<(String, String)> {
+            let listed =
+                json(&format!("SELECT querylayer_api.console_list_proposals({state}, 500) -> 'proposals'"));
+            listed
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    (p["proposal_id"].as_str().unwrap().to_string(), p["state"].as_str().unwrap().to_string())
+                })
+                .collect()
+        };
+        let all = page("NULL");
+        for (proposal, state) in [
+            (&pending, "pending"),
+            (&applied, "applied"),
+            (&failed, "failed"),
+            (&rejected, "rejected"),
+            (&approved, "approved"),
+        ] {
+            assert!(all.contains(&(proposal.clone(), state.to_string())), "{proposal} {state}: {all:?}");
+        }
+        for state in ["pending", "approved", "applied", "failed", "rejected"] {
+            let expected: Vec<_> = all.iter().filter(|(_, s)| s == state).cloned().collect();
+            assert_eq!(page(&format!("'{state}'")), expected, "{state}");
+        }
+    }
+
     #[pg_test]
     fn the_server_assigns_risk_whatever_the_client_says() {
         let site = content_site();
