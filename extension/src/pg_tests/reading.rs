@@ -137,6 +137,34 @@ mod tests {
         assert_eq!(archived_page.as_array().unwrap().len(), 1, "{archived_page}");
         assert_eq!(archived_page[0]["content_id"], archived.as_str());
         assert!(archived_page[0]["archived_at"].is_string(), "{archived_page}");
+
+        // Each list's filter writes content_state's rule in its query: every state's page is
+        // exactly the items content_state puts in that state, in the list's order.
+        let filtered = |list: &str, s: &str| -> String {
+            let page = json(&format!("SELECT querylayer_api.{list}('{s}', 50)"));
+            let ids: Vec<&str> =
+                page["items"].as_array().unwrap().iter().map(|i| i["content_id"].as_str().unwrap()).collect();
+            ids.join(",")
+        };
+        let ruled = |s: &str, order: &str| {
+            text(&format!(
+                "SELECT coalesce(string_agg(c.id::text, ',' ORDER BY {order}), '') FROM querylayer.content_items c
+                  WHERE c.site_id = querylayer.ctx_site_id() AND querylayer.content_state(c) = '{s}'"
+            ))
+        };
+        for s in ["draft", "published", "archived"] {
+            let expected = ruled(s, "c.created_at DESC, c.id DESC");
+            assert!(!expected.is_empty(), "an item is {s}");
+            assert_eq!(filtered("list_content", s), expected, "list_content('{s}')");
+        }
+        as_member(&site.owner_token);
+        for s in ["draft", "published", "archived"] {
+            assert_eq!(
+                filtered("console_list_content", s),
+                ruled(s, "c.updated_at DESC, c.id DESC"),
+                "console_list_content('{s}')"
+            );
+        }
     }
 
     #[pg_test]
