@@ -40,7 +40,8 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 #[derive(Clone, Debug)]
 pub struct Principal {
     pub fingerprint: Fingerprint,
-    pub context: ConnectionContext,
+    /// Shared: a request clones its principal (a tool call's context is cloned per call).
+    pub context: Arc<ConnectionContext>,
     /// The database authenticated the connection for this request. Otherwise this edge did so
     /// within the last seconds (`Db::recently_authenticated`): enough to admit a tool call, which
     /// authenticates in its own statement, and nothing else (`confirm`).
@@ -95,7 +96,7 @@ pub async fn require_connection(State(state): State<AppState>, mut request: Requ
     let (context, confirmed) = match state.db.recently_authenticated(&fingerprint) {
         Some(context) => (context, false),
         None => match state.db.counting(&trips).authenticate_edge(&fingerprint, peer).await {
-            Ok(context) => (context, true),
+            Ok(context) => (Arc::new(context), true),
             Err(e) if e.code == Code::Unauthenticated => {
                 state.db.record_failed_authentication(&fingerprint, "mcp").await;
                 return challenge(&state, Error::unauthenticated());
@@ -149,7 +150,12 @@ pub async fn confirm(
     let db = state.db.counting(&principal.trips);
     match db.authenticate_edge(&principal.fingerprint, crate::rate::peer(extensions)).await {
         Ok(context) => {
-            let confirmed = Principal { context, confirmed: true, took_token: true, ..principal.clone() };
+            let confirmed = Principal {
+                context: Arc::new(context),
+                confirmed: true,
+                took_token: true,
+                ..principal.clone()
+            };
             extensions.insert(confirmed);
             Ok(())
         }

@@ -185,11 +185,16 @@ impl Call {
     /// the call) does what `SET TRANSACTION READ ONLY` does, and once the transaction has run a
     /// query nothing can make it read-write again. Then `authenticate_delivery` ($1 the site, $2
     /// the token's fingerprint or none) holds the delivery context, then the call. Its row: what
-    /// the authentication said, and the answer. The call's arguments follow.
+    /// the authentication said, the answer without its validators, and the validators (`etag`,
+    /// `last_modified`, for the headers), so that the answer's text is passed on unread. (`OFFSET
+    /// 0` keeps the inner query whole: the call runs once, after the authentication.) The call's
+    /// arguments follow.
     pub fn delivery_sql(&self) -> String {
         format!(
-            "SELECT a, to_jsonb({}) FROM querylayer_api.authenticate_delivery($1, \
-             CASE WHEN pg_catalog.set_config('transaction_read_only', 'on', true) = 'on' THEN $2::bytea END) AS a",
+            "SELECT a, v - 'etag' - 'last_modified', v->>'etag', v->>'last_modified' \
+             FROM (SELECT a, to_jsonb({}) AS v FROM querylayer_api.authenticate_delivery($1, \
+             CASE WHEN pg_catalog.set_config('transaction_read_only', 'on', true) = 'on' THEN $2::bytea END) AS a \
+             OFFSET 0) AS s",
             self.invocation(3)
         )
     }
@@ -317,10 +322,19 @@ const FINISH_TOOL_CALL: &str = "SELECT $1::jsonb ? 'replay', querylayer_api.fini
 const RECORD_REFUSED_TOOL_CALL: &str = "SELECT querylayer_api.record_refused_tool_call($1, $2, $3, $4)";
 const RECORD_REPLICA_READ: &str = "SELECT querylayer_api.record_replica_read($1, $2, $3, $4, $5)";
 
+/// A delivery request's answer (`Db::deliver`).
+pub struct Delivered {
+    /// The JSON text of the answer, without its validators.
+    pub body: String,
+    /// The answer's validators, for the `ETag` and `Last-Modified` headers.
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+}
+
 /// What became of a read sent to the standby (`Db::replica_read`).
-pub enum FromStandby<T> {
+pub enum FromStandby {
     /// Answered there and audited here.
-    Served(T),
+    Served(JsonText),
     /// The standby could not serve it (the primary does); `unreachable`: it could not be reached.
     Unserved { unreachable: bool },
 }
@@ -336,7 +350,7 @@ const RECENT_KEPT: usize = 50_000;
 pub struct Db {
     pool: Pool,
     /// Connections this edge authenticated lately (fingerprint → when, and their context).
-    recent: Arc<Mutex<HashMap<[u8; 32], (Instant, ConnectionContext)>>>,
+    recent: Arc<Mutex<HashMap<[u8; 32], (Instant, Arc<ConnectionContext>)>>>,
     /// The request's round-trip count, in a `Db` made by `counting`.
     trips: Option<RoundTrips>,
     /// The limits the database decides for every edge, with this edge's rates.
@@ -555,7 +569,7 @@ impl Db {
 
     /// The context of a connection this edge authenticated within `RECENT_FOR`, if any. It
     /// admits a request to `/mcp`; it grants nothing (the database authenticates every call).
-    pub fn recently_authenticated(&self, fingerprint: &Fingerprint) -> Option<ConnectionContext> {
+    pub fn recently_authenticated(&self, fingerprint: &Fingerprint) -> Option<Arc<ConnectionContext>> {
         let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         recent.get(&fingerprint.0).filter(|(at, _)| at.elapsed() < RECENT_FOR).map(|(_, c)| c.clone())
     }
@@ -565,7 +579,7 @@ impl Db {
         if recent.len() >= RECENT_KEPT {
             recent.clear();
         }
-        recent.insert(fingerprint.0, (Instant::now(), context.clone()));
+        recent.insert(fingerprint.0, (Instant::now(), Arc::new(context.clone())));
     }
 
     fn forget(&self, fingerprint: &Fingerprint) {
@@ -606,11 +620,7 @@ impl Db {
     /// connection has prepared it (`Call::tool_call_sql`: authenticate, claim the key, the call,
     /// store the answer, the audit row). A refusal rolls all of it back and is recorded by
     /// `record_refused_tool_call`. Returns the answer and whether it was stored earlier.
-    pub async fn tool_call<T: DeserializeOwned>(
-        &self,
-        tool: &ToolCall,
-        call: &Call,
-    ) -> Result<(T, Answered), Error> {
+    pub async fn tool_call(&self, tool: &ToolCall, call: &Call) -> Result<(JsonText, Answered), Error> {
         let outcome = async {
             let client = self.client().await?;
             let statement = self.prepare(&client.statement_cache, &client, &call.tool_call_sql()).await?;
@@ -636,26 +646,31 @@ impl Db {
         site: &str,
         token: Option<&Fingerprint>,
         call: &Call,
-    ) -> Result<(Value, Value), Error> {
+    ) -> Result<(Value, Delivered), Error> {
         let client = self.client().await?;
         let statement = self.prepare(&client.statement_cache, &client, &call.delivery_sql()).await?;
         let fingerprint = token.map(Fingerprint::as_bytes);
         let params: Vec<&(dyn ToSql + Sync)> = vec![&site, &fingerprint];
         let row = self.query_call(&client, &statement, params, call).await?;
-        Ok((row.try_get(0)?, row.try_get::<_, Option<Value>>(1)?.unwrap_or(Value::Null)))
+        let delivered = Delivered {
+            body: row.try_get::<_, Option<JsonText>>(1)?.map_or_else(|| "null".into(), JsonText::into_string),
+            etag: row.try_get(2)?,
+            last_modified: row.try_get(3)?,
+        };
+        Ok((row.try_get(0)?, delivered))
     }
 
     /// A read tool on the standby `replica` when it has replayed to `floor` (edge/src/replica.rs),
     /// then its audit row on this, the primary, before the answer is given. `Unserved`: the
     /// standby cannot serve it (behind, read-only refusal of a write, unreachable): serve it here. A
     /// governed refusal on the standby is the call's refusal, recorded here as every refusal.
-    pub async fn replica_read<T: DeserializeOwned>(
+    pub async fn replica_read(
         &self,
         replica: &Db,
         tool: &ToolCall,
         call: &Call,
         floor: &str,
-    ) -> Result<FromStandby<T>, Error> {
+    ) -> Result<FromStandby, Error> {
         let read = async {
             let client = replica.client().await?;
             let statement = replica.prepare(&client.statement_cache, &client, &call.replica_sql()).await?;
@@ -690,7 +705,7 @@ impl Db {
         }
         .await;
         match recorded {
-            Ok(()) => Ok(FromStandby::Served(read_json(&row)?)),
+            Ok(()) => Ok(FromStandby::Served(row.try_get(0).map_err(unexpected_shape)?)),
             Err(e) => {
                 self.after_refusal(tool, &Err::<(), _>(Error::clone_of(&e))).await;
                 Err(e)
@@ -722,11 +737,11 @@ impl Db {
     /// database, written by the LLM, signed in the database): the same steps as `tool_call`
     /// in one transaction, `BEGIN; open_tool_call; steps; finish_tool_call; COMMIT`, and the
     /// same rule for a refusal.
-    pub async fn tool_steps<T: DeserializeOwned>(
+    pub async fn tool_steps(
         &self,
         tool: &ToolCall,
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<Value, Error>,
-    ) -> Result<(T, Answered), Error> {
+    ) -> Result<(JsonText, Answered), Error> {
         let outcome = async {
             let mut client = self.client().await?;
             let edge_ms = tool.elapsed_ms();
@@ -1010,11 +1025,81 @@ impl Db {
 }
 
 /// What a tool call's statement returned in `row` (`finish_tool_call`): whether the answer is
-/// the one stored under the key, and the answer, in the caller's type.
-fn closed<T: DeserializeOwned>(row: &tokio_postgres::Row) -> Result<(T, Answered), Error> {
+/// the one stored under the key, and the answer's text.
+fn closed(row: &tokio_postgres::Row) -> Result<(JsonText, Answered), Error> {
     let replayed: bool = row.try_get(0).map_err(unexpected_shape)?;
-    let value: T = read_json_at(row, 1)?;
+    let value: JsonText = row.try_get(1).map_err(unexpected_shape)?;
     Ok((value, if replayed { Answered::Before } else { Answered::Now }))
+}
+
+/// A tool's answer as the text of the JSON the database wrote, without the whitespace it puts
+/// after `:` and `,`: the tool passes it on as its result (its text block and structured
+/// content) without reading it. (The edge's typed view of each answer declares the tool's
+/// output schema; a debug build holds every answer to it, `mcp::output::Json::answer`.)
+#[derive(Debug)]
+pub struct JsonText(String);
+
+impl JsonText {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl<'a> tokio_postgres::types::FromSql<'a> for JsonText {
+    fn from_sql(
+        ty: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        // A jsonb value in binary form is a version byte (1), then the JSON's text.
+        let text = match *ty {
+            tokio_postgres::types::Type::JSONB => match raw.split_first() {
+                Some((1, text)) => text,
+                _ => return Err("unsupported jsonb encoding version".into()),
+            },
+            _ => raw,
+        };
+        Ok(JsonText(String::from_utf8(compact_json(text))?))
+    }
+
+    fn accepts(ty: &tokio_postgres::types::Type) -> bool {
+        matches!(*ty, tokio_postgres::types::Type::JSONB | tokio_postgres::types::Type::JSON)
+    }
+}
+
+/// `json`'s text without the whitespace between its tokens (a string's own is kept). A string is
+/// copied a run at a time, up to its next quote or escape.
+fn compact_json(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut rest = text;
+    while let Some((&b, tail)) = rest.split_first() {
+        rest = tail;
+        match b {
+            b' ' | b'\n' | b'\r' | b'\t' => {}
+            b'"' => {
+                out.push(b'"');
+                loop {
+                    let Some(at) = memchr::memchr2(b'"', b'\\', rest) else {
+                        out.extend_from_slice(rest);
+                        return out;
+                    };
+                    let quote = rest[at] == b'"';
+                    // A quote ends the string; an escape takes the byte after it.
+                    let end = if quote { at + 1 } else { (at + 2).min(rest.len()) };
+                    out.extend_from_slice(&rest[..end]);
+                    rest = &rest[end..];
+                    if quote {
+                        break;
+                    }
+                }
+            }
+            _ => out.push(b),
+        }
+    }
+    out
 }
 
 /// What a governed `/v1` request hands the database to decide on its envelope: the
@@ -1070,18 +1155,8 @@ pub fn parse<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
     serde_json::from_value(value).map_err(unexpected_shape)
 }
 
-/// The JSON of `row`'s first column read straight from the bytes the database sent into `T`,
-/// with no JSON tree in between; a mismatch is a contract break, as in `parse`.
-fn read_json<T: DeserializeOwned>(row: &tokio_postgres::Row) -> Result<T, Error> {
-    read_json_at(row, 0)
-}
-
-/// The same for column `index`.
-fn read_json_at<T: DeserializeOwned>(row: &tokio_postgres::Row, index: usize) -> Result<T, Error> {
-    row.try_get::<_, tokio_postgres::types::Json<T>>(index).map(|json| json.0).map_err(unexpected_shape)
-}
-
-fn unexpected_shape(e: impl std::fmt::Display) -> Error {
+/// A result that does not fit the edge's typed view of it: a contract break, an internal error.
+pub fn unexpected_shape(e: impl std::fmt::Display) -> Error {
     Error::internal(format!("unexpected result shape from querylayer_api: {e}"))
 }
 
@@ -1101,6 +1176,25 @@ mod tests {
             ]
         );
         assert_eq!(format!("{fp:?}"), "Fingerprint(..)");
+    }
+
+    #[test]
+    fn an_answer_is_passed_on_without_the_whitespace_between_its_tokens() {
+        use tokio_postgres::types::{FromSql, Type};
+        let text =
+            r#"{"a": "x, y: \"z\" \\", "b": [1, 2.5, null], "c": {"d": "tab\tand  two"}, "e": "ü 🎉"}"#;
+        let compact = r#"{"a":"x, y: \"z\" \\","b":[1,2.5,null],"c":{"d":"tab\tand  two"},"e":"ü 🎉"}"#;
+        assert_eq!(std::str::from_utf8(&compact_json(text.as_bytes())).unwrap(), compact);
+        assert_eq!(
+            serde_json::from_str::<Value>(compact).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
+        // jsonb's binary form: a version byte, then the text.
+        let jsonb = [&[1u8][..], text.as_bytes()].concat();
+        assert_eq!(JsonText::from_sql(&Type::JSONB, &jsonb).unwrap().as_str(), compact);
+        assert_eq!(JsonText::from_sql(&Type::JSON, text.as_bytes()).unwrap().as_str(), compact);
+        assert!(JsonText::from_sql(&Type::JSONB, b"\x021").is_err());
+        assert!(JsonText::from_sql(&Type::JSON, b"\"\xff\"").is_err());
     }
 
     #[test]

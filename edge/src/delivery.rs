@@ -11,13 +11,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Router;
 use chrono::{DateTime, SubsecRound, Utc};
 use serde::Deserialize;
 
 use crate::auth::bearer;
 use crate::bulkhead::Access;
-use crate::db::{Call, Fingerprint, RoundTrips};
+use crate::db::{Call, Delivered, Fingerprint, RoundTrips};
 use crate::error::Error;
 use crate::state::AppState;
 
@@ -79,7 +79,7 @@ async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) 
         Ok::<_, Error>(value)
     }
     .await;
-    let mut value = match result {
+    let delivered = match result {
         Ok(v) => v,
         Err(e) if e.status == StatusCode::UNAUTHORIZED => {
             if let Some(token) = &token {
@@ -100,17 +100,16 @@ async fn deliver(state: &AppState, site: &str, headers: &HeaderMap, call: Call) 
             return response;
         }
     };
-    let etag =
-        value.as_object_mut().and_then(|o| o.remove("etag")).and_then(|v| v.as_str().map(str::to_string));
-    let last_modified = value
-        .as_object_mut()
-        .and_then(|o| o.remove("last_modified"))
-        .and_then(|v| v.as_str().and_then(|s| DateTime::parse_from_rfc3339(s).ok()))
+    let Delivered { body, etag, last_modified } = delivered;
+    let last_modified = last_modified
+        .and_then(|s| DateTime::parse_from_rfc3339(&s).ok())
         .map(|t| t.with_timezone(&Utc).trunc_subsecs(0));
     let mut response = if not_modified(headers, etag.as_deref(), last_modified) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        (StatusCode::OK, Json(value)).into_response()
+        // The database's JSON, passed on as it wrote it.
+        (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
+            .into_response()
     };
     let h = response.headers_mut();
     if let Some(etag) = etag.and_then(|e| HeaderValue::from_str(&e).ok()) {

@@ -4,6 +4,7 @@
 //! 2^64 would become 18446744073709552000). Both are refused here, in one pass over the bytes,
 //! before anything is parsed for use.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 /// Why a body is refused.
@@ -42,8 +43,9 @@ impl Problem {
     }
 }
 
-enum Frame {
-    Object { keys: HashSet<String>, current: Option<String>, expect_key: bool },
+/// An object's member names are the body's own bytes, but for a name with an escape (decoded).
+enum Frame<'a> {
+    Object { keys: HashSet<Cow<'a, str>>, current: Option<Cow<'a, str>>, expect_key: bool },
     Array { index: usize },
 }
 
@@ -78,8 +80,7 @@ pub fn check(bytes: &[u8]) -> Result<(), Problem> {
                 let end = string_end(bytes, i);
                 if let Some(Frame::Object { keys, current, expect_key }) = stack.last_mut() {
                     if *expect_key {
-                        let key: String = serde_json::from_slice(&bytes[i..end])
-                            .map_err(|e| Problem::Syntax(e.to_string()))?;
+                        let key = member_name(&bytes[i..end])?;
                         *expect_key = false;
                         *current = Some(key.clone());
                         if !keys.insert(key) {
@@ -108,17 +109,27 @@ pub fn check(bytes: &[u8]) -> Result<(), Problem> {
 /// The index just past the string that opens at `start` (a valid JSON string).
 fn string_end(bytes: &[u8], start: usize) -> usize {
     let mut i = start + 1;
-    while i < bytes.len() {
+    while let Some(at) = memchr::memchr2(b'\\', b'"', &bytes[i..]) {
+        i += at;
         match bytes[i] {
-            b'\\' => i += 2,
             b'"' => return i + 1,
-            _ => i += 1,
+            _ => i += 2,
         }
     }
     bytes.len()
 }
 
-fn path(stack: &[Frame]) -> String {
+/// A member name (a valid JSON string, quotes included): the bytes between the quotes, decoded
+/// only when they hold an escape.
+fn member_name(string: &[u8]) -> Result<Cow<'_, str>, Problem> {
+    let inner = &string[1..string.len() - 1];
+    if memchr::memchr(b'\\', inner).is_none() {
+        return std::str::from_utf8(inner).map(Cow::Borrowed).map_err(|e| Problem::Syntax(e.to_string()));
+    }
+    serde_json::from_slice(string).map(Cow::Owned).map_err(|e| Problem::Syntax(e.to_string()))
+}
+
+fn path(stack: &[Frame<'_>]) -> String {
     let mut out = String::new();
     for frame in stack {
         match frame {
@@ -226,6 +237,9 @@ mod tests {
             check(br#"{"params": {"arguments": {"items": [{"x": 1}, {"x": 1, "\u0078": 2}]}}}"#),
             Err(Problem::DuplicateKey("params.arguments.items[1].x".into()))
         );
+        // Names with escapes, and values ending in one, are read to their closing quote.
+        assert_eq!(check(br#"{"a\"b": "c\\", "a\u0022b": 2}"#), Err(Problem::DuplicateKey("a\"b".into())));
+        assert_eq!(check(br#"{"q": "\"", "r": "\\", "s": {"q": 1}}"#), Ok(()));
         // The same name in sibling objects, or as a value, is fine.
         assert_eq!(check(br#"{"a": {"b": 1}, "c": {"b": "b"}, "d": ["a", "a"]}"#), Ok(()));
         assert!(matches!(check(b"{\"a\": 1,}"), Err(Problem::Syntax(_))));

@@ -5,7 +5,10 @@
 //!   response carries it back in `x-request-id`, and every log line written while the request
 //!   is served carries it (the text format prints the span, the JSON format its `span` object).
 //!   A tool call runs in a `tool` span (child of the request, with the same `request_id`), and
-//!   each SQL call of a `querylayer_api` function in a `db` span inside it.
+//!   each SQL call of a `querylayer_api` function in a `db` span inside it. The `db` span is at
+//!   debug level: the logs have it only when `QUERYLAYER_LOG` asks for debug (under the default
+//!   filter it is not even made, a sixteenth of a console request's instructions); the traces
+//!   always have it.
 //! * With `--otlp-endpoint`, those spans are sent as OpenTelemetry traces over OTLP/HTTP (JSON
 //!   encoding) to `<endpoint>/v1/traces`, batched, from a background task; a full queue drops
 //!   spans rather than slow a request. A W3C `traceparent` header continues the caller's trace.
@@ -256,7 +259,7 @@ pub fn tool_span(tool: &'static str, parts: Option<&http::request::Parts>) -> Sp
 
 /// The span of one SQL call of a `querylayer_api` function.
 pub fn db_span(function: &'static str) -> Span {
-    tracing::info_span!("db", function)
+    tracing::debug_span!("db", function)
 }
 
 thread_local! {

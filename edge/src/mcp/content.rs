@@ -103,7 +103,7 @@ impl QueryLayerMcp {
             .opt("p_state", p.state)
             .opt("p_limit", p.limit)
             .opt("p_cursor", p.cursor);
-        self.call(&ctx, call).await
+        self.call_as_written(&ctx, call).await
     }
 
     /// Write a draft revision inside an open run: a new item (slug and template) or a new
@@ -122,6 +122,6 @@ impl QueryLayerMcp {
             .arg("p_fields", p.fields)
             .opt("p_content_id", p.content_id)
             .opt("p_slug", p.slug);
-        self.call(&ctx, call.idempotent(p.idempotency_key)).await
+        self.call_as_written(&ctx, call.idempotent(p.idempotency_key)).await
     }
 }

@@ -87,7 +87,7 @@ impl McpService {
         let mut ctx = RequestContext::new(id.clone(), self.peer());
         ctx.meta = std::mem::take(request.get_meta_mut());
         ctx.extensions = std::mem::take(request.extensions_mut());
-        ctx.extensions.insert(parts);
+        ctx.extensions.insert(super::SharedParts(Arc::new(parts)));
         ctx.extensions.insert(super::output::Direct);
         let server = self.0.server.clone();
         let handled = tokio::spawn(async move { server.handle_request(request, ctx).await }).await;

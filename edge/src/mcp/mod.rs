@@ -39,11 +39,12 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{tool_handler, ErrorData as McpError, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::auth::{self, Principal};
 use crate::bulkhead::{Access, SiteLimits};
 use crate::config::HttpConfig;
-use crate::db::{Answered, Call, Db, Fingerprint, FromStandby, ToolCall};
+use crate::db::{Answered, Call, Db, Fingerprint, FromStandby, JsonText, ToolCall};
 use crate::error::{Code, Error, TOOL_ERROR_META_KEY};
 use crate::limits;
 use crate::state::AppState;
@@ -119,6 +120,12 @@ struct WriteRequest {
 /// Set when a read was served by the standby (`replica`): the tool call's log line says so.
 #[derive(Clone, Default)]
 struct ServedByStandby(Arc<AtomicBool>);
+
+/// The HTTP request's parts, as the direct path (`direct.rs`) hands them to a tool call. rmcp
+/// clones a request's context, extensions and all, on its way to the tool; shared, the parts
+/// (headers, the principal) cost a count to clone, not a copy.
+#[derive(Clone)]
+struct SharedParts(Arc<http::request::Parts>);
 
 /// The tool `call_tool` dispatched to (its one name, which the audit row records) and when.
 #[derive(Clone, Copy)]
@@ -243,8 +250,17 @@ impl QueryLayerMcp {
         Self::new(db, Some(Fingerprint::of(secret)))
     }
 
+    /// The HTTP request's parts: shared on the direct path (`SharedParts`), owned where rmcp's
+    /// service put them.
+    fn parts(ctx: &RequestContext<RoleServer>) -> Option<&http::request::Parts> {
+        match ctx.extensions.get::<SharedParts>() {
+            Some(SharedParts(parts)) => Some(parts),
+            None => ctx.extensions.get::<http::request::Parts>(),
+        }
+    }
+
     fn principal(ctx: &RequestContext<RoleServer>) -> Option<&Principal> {
-        ctx.extensions.get::<http::request::Parts>().and_then(|parts| parts.extensions.get::<Principal>())
+        Self::parts(ctx).and_then(|parts| parts.extensions.get::<Principal>())
     }
 
     fn fingerprint(&self, ctx: &RequestContext<RoleServer>) -> Option<Fingerprint> {
@@ -319,30 +335,51 @@ impl QueryLayerMcp {
     }
 
     /// As `call`, for a tool whose work takes more than one governed call in its transaction.
-    async fn steps<T: DeserializeOwned>(
+    async fn steps<T: Serialize + DeserializeOwned>(
         &self,
         ctx: &RequestContext<RoleServer>,
         idempotency_key: Option<String>,
         steps: impl AsyncFnOnce(&deadpool_postgres::Transaction<'_>) -> Result<serde_json::Value, Error>,
     ) -> Result<Json<T>, CallToolResult> {
-        self.governed(ctx, idempotency_key.as_deref(), async |db: Db, tool: ToolCall| {
+        self.governed(ctx, idempotency_key.as_deref(), Json::typed, async |db: Db, tool: ToolCall| {
             db.tool_steps(&tool, steps).await
         })
         .await
     }
 
     /// The body of every tool: one `querylayer_api` call as the connection, audited, its JSON
-    /// result read into the tool's output type; any refusal becomes a tool error.
-    async fn call<T: DeserializeOwned>(
+    /// answer read into the tool's output type and written from it (`Json::typed`); any refusal
+    /// becomes a tool error.
+    async fn call<T: Serialize + DeserializeOwned>(
         &self,
         ctx: &RequestContext<RoleServer>,
         call: Call,
+    ) -> Result<Json<T>, CallToolResult> {
+        self.call_as(ctx, call, Json::typed).await
+    }
+
+    /// As `call`, for a tool whose answer is exactly what its output type writes: the answer is
+    /// passed on as the database wrote it, unread (`Json::answer`, which a debug build checks).
+    /// The tools agents call most (content, runs) take this path.
+    async fn call_as_written<T: Serialize + DeserializeOwned>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        call: Call,
+    ) -> Result<Json<T>, CallToolResult> {
+        self.call_as(ctx, call, Json::answer).await
+    }
+
+    async fn call_as<T: Serialize + DeserializeOwned>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        call: Call,
+        written: fn(JsonText) -> Result<Json<T>, Error>,
     ) -> Result<Json<T>, CallToolResult> {
         let key = call.idempotency_key().map(str::to_string);
         let replica = self.replica.clone();
         let writes = self.writes.clone();
         let standby = ctx.extensions.get::<ServedByStandby>().map(|s| s.0.clone());
-        self.governed(ctx, key.as_deref(), async |db: Db, tool: ToolCall| {
+        self.governed(ctx, key.as_deref(), written, async |db: Db, tool: ToolCall| {
             let reads = !writes.contains(tool.tool);
             if let (true, Some(replica)) = (reads, &replica) {
                 if let Some(floor) = replica.floor(tool.connection_id, Instant::now()) {
@@ -365,12 +402,13 @@ impl QueryLayerMcp {
 
     /// The one path of an agent's tool call: the tool's name from its dispatch, the site permit,
     /// the database work (`run`: `Db::tool_call` or `Db::tool_steps`, which audit it and record
-    /// a refusal), the log line, the result or the tool error.
-    async fn governed<T: DeserializeOwned>(
+    /// a refusal), the log line, the result as `written` writes it, or the tool error.
+    async fn governed<T>(
         &self,
         ctx: &RequestContext<RoleServer>,
         idempotency_key: Option<&str>,
-        run: impl AsyncFnOnce(Db, ToolCall) -> Result<(T, Answered), Error>,
+        written: fn(JsonText) -> Result<Json<T>, Error>,
+        run: impl AsyncFnOnce(Db, ToolCall) -> Result<(JsonText, Answered), Error>,
     ) -> Result<Json<T>, CallToolResult> {
         let Some(Dispatched { tool, started }) = ctx.extensions.get::<Dispatched>().copied() else {
             return Err(Error::internal("a tool ran without its dispatch").into_tool_result());
@@ -381,9 +419,9 @@ impl QueryLayerMcp {
         let _permit = self.site_permit(ctx, tool).await.map_err(Error::into_tool_result)?;
         let idempotency = Self::idempotency(ctx, idempotency_key);
         let call = Self::tool_call(ctx, fingerprint, tool, started, idempotency);
-        let result = run(self.db(ctx), call).await.map(|(value, answered)| {
+        let result = run(self.db(ctx), call).await.and_then(|(answer, answered)| {
             Self::note_replay(ctx, answered);
-            value
+            written(answer)
         });
         let principal = Self::principal(ctx);
         let connection_id = principal.map(|p| p.context.connection_id.to_string());
@@ -410,7 +448,7 @@ impl QueryLayerMcp {
                     outcome = "ok",
                     "tool call"
                 );
-                Ok(Json(value))
+                Ok(value)
             }
             Err(error) => {
                 tracing::info!(
@@ -499,7 +537,7 @@ impl ServerHandler for QueryLayerMcp {
             Err(error) => return Err(error.to_mcp_error()),
         };
         let call = Self::tool_call(&ctx, fingerprint, "read_resource", started, None);
-        let outcome = self.db(&ctx).tool_call::<serde_json::Value>(&call, &Call::new(function)).await;
+        let outcome = self.db(&ctx).tool_call(&call, &Call::new(function)).await;
         drop(permit);
         if let (Err(error), Some(principal)) = (&outcome, Self::principal(&ctx)) {
             if error.code == Code::Unauthenticated {
@@ -508,7 +546,7 @@ impl ServerHandler for QueryLayerMcp {
         }
         match outcome.map(|(value, _)| value) {
             Ok(value) => Ok(ReadResourceResult::new(vec![
-                ResourceContents::text(value.to_string(), *uri).with_mime_type("application/json")
+                ResourceContents::text(value.into_string(), *uri).with_mime_type("application/json")
             ])
             .into()),
             Err(error) if error.is_retryable() => {
@@ -550,7 +588,7 @@ impl ServerHandler for QueryLayerMcp {
             let sha256 = request_sha256(tool, arguments.as_ref());
             ctx.extensions.insert(WriteRequest { sha256, replayed: replayed.clone() });
         }
-        let span = crate::telemetry::tool_span(tool, ctx.extensions.get());
+        let span = crate::telemetry::tool_span(tool, Self::parts(&ctx));
         let direct = ctx.extensions.get::<output::Direct>().is_some();
         let response =
             tracing::Instrument::instrument(self.tools.call(ToolCallContext::new(self, request, ctx)), span)

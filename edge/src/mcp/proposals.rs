@@ -139,6 +139,12 @@ pub struct Proposal {
     pub created_at: String,
     pub decision: Option<Decision>,
     pub execution: Option<Execution>,
+    /// A pending lifecycle request whose items moved since it was made (the draft changed, the
+    /// live page changed, the item was archived): approving it would change nothing.
+    pub stale: bool,
+    /// What moved, one entry an item (empty unless `stale`).
+    #[schemars(schema_with = "super::any_json")]
+    pub stale_problems: Value,
 }
 
 /// The site's proposals.

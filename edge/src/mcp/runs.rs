@@ -232,7 +232,7 @@ impl QueryLayerMcp {
             .opt("p_required_outputs", p.required_outputs)
             .opt("p_completion_conditions", p.completion_conditions)
             .opt("p_deadline_seconds", p.deadline_seconds);
-        self.call(&ctx, call.idempotent(p.idempotency_key)).await
+        self.call_as_written(&ctx, call.idempotent(p.idempotency_key)).await
     }
 
     /// Record one material result of an open run as an immutable artifact under a key (one
@@ -248,7 +248,7 @@ impl QueryLayerMcp {
             .arg("p_key", p.key)
             .arg("p_value", p.value)
             .opt("p_affected_objects", p.affected_objects);
-        self.call(&ctx, call.idempotent(p.idempotency_key)).await
+        self.call_as_written(&ctx, call.idempotent(p.idempotency_key)).await
     }
 
     /// Finish an open run with one terminal outcome. A run finished as completed while a
@@ -265,7 +265,7 @@ impl QueryLayerMcp {
             .arg("p_outcome", p.outcome)
             .opt("p_summary", p.summary)
             .opt("p_reasons", p.reasons.map(Value::Array));
-        self.call(&ctx, call.idempotent(p.idempotency_key)).await
+        self.call_as_written(&ctx, call.idempotent(p.idempotency_key)).await
     }
 
     /// List the site's runs, newest first, of every agent or of one (`agent`), open or by the
