@@ -80,7 +80,6 @@ fn same_as_typed<T: Serialize + DeserializeOwned>(text: &str) -> Result<(), Erro
     Ok(())
 }
 
-
 impl<T: schemars::JsonSchema + 'static> IntoCallToolResult for Json<T> {
     fn into_call_tool_result(self) -> Result<CallToolResponse, McpError> {
         Ok(CallToolResult::success(vec![ContentBlock::text(self.text)]).into())
@@ -176,6 +175,12 @@ mod tests {
         // The direct path: the text is written as the structured content, byte for byte.
         let id = RequestId::Number(7);
         let body = response_body(&ServerResult::CallToolResult(output()), &id).unwrap();
+        // Written into the result's members: once, as its last (a JSON reader would keep a
+        // repeated member silently, so count it in the bytes).
+        let written = String::from_utf8(body.clone()).unwrap();
+        assert_eq!(written.matches(r#""structuredContent":"#).count(), 1, "{written}");
+        assert!(written
+            .ends_with(r#","structuredContent":{"name":"a \"quoted\" name","items":[1,2],"note":null}}}"#));
         let mut body: Value = serde_json::from_slice(&body).unwrap();
         let text = body["result"]["content"][0]["text"].as_str().unwrap().to_string();
         assert_eq!(text, r#"{"name":"a \"quoted\" name","items":[1,2],"note":null}"#);
