@@ -50,8 +50,9 @@ impl<T: Serialize + DeserializeOwned> Json<T> {
         Ok(Json { text: text.into_string(), output: PhantomData })
     }
 
-    /// The database's answer read into `T` and written from it: for a tool whose answer leaves
-    /// out keys that `T` writes (as null).
+    /// The database's answer read into `T` and written from it (`call`, most tools): a tool's
+    /// answer then holds every key `T` writes (null where the database left one out), and none
+    /// that `T` does not declare.
     pub fn typed(text: JsonText) -> Result<Self, Error> {
         let value: T = serde_json::from_str(text.as_str()).map_err(unexpected_shape)?;
         let text = serde_json::to_string(&value).map_err(unexpected_shape)?;
